@@ -1,0 +1,164 @@
+// The aggregation data plane ("the switch"): DESIGN.md §2 as one class.
+//
+// A fixed pool of slots, each holding two versions (the shadow copy) of k
+// int32 accumulators, a bitmap of the workers that contributed, a countdown of
+// missing contributions, the chunk id and the exponents. All arrays are
+// allocated once in the constructor; Process() never allocates, never throws,
+// and does bounded work per packet — what a switch ASIC could do.
+//
+// Jobs own disjoint segments of the pool. Registering a job resets its
+// segment, so nothing of an earlier job leaks into a later one; every packet
+// carries the job id, and the table entry remembers the full id, so packets
+// of an ended job are dropped even when its table entry is reused.
+//
+// No I/O: the caller hands in packet bytes and sends what Process() returns.
+// Thread safety: none. One thread owns a DataPlane (shard the pool across
+// threads by giving each its own DataPlane).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "switchml/status.h"
+#include "switchml/types.h"
+#include "switchml/wire_format.h"
+
+namespace switchml {
+
+struct DataPlaneConfig {
+  uint32_t pool_slots = 4096;               // slots in the shared pool (all jobs)
+  uint16_t max_elements_per_packet = 1024;  // accumulator words per slot
+  uint16_t max_workers = 64;                // largest world size of any job
+  uint16_t max_jobs = 64;                   // entries in the job table
+
+  Status Validate() const;
+};
+
+// What the control plane tells the data plane about a job.
+struct JobRegistration {
+  JobId id;
+  uint16_t world_size = 0;
+  uint16_t elements_per_packet = 0;  // k: every packet of the job has exactly k words
+  uint32_t pool_base = 0;            // first pool slot of the job's segment
+  uint16_t pool_slots = 0;           // segment length; packets address slots 0..pool_slots-1
+};
+
+enum class Action : uint8_t {
+  kDrop,           // send nothing (reason kNone: a contribution was absorbed)
+  kReplyToSender,  // send the result in `out` to the contributing rank only
+  kSendToAll,      // send the result in `out` to every rank of the job
+  kPendingToSender // send the kPending packet in `out` to the contributing rank
+};
+
+// Why a packet was dropped. Each has a counter.
+enum class DropReason : uint8_t {
+  kNone = 0,
+  kMalformed,        // failed DecodePacket (see the per-DecodeError counters)
+  kNotContribution,  // a result or pending packet sent to the switch
+  kUnknownJob,       // no registered job with this id (includes ended jobs)
+  kRankOutOfRange,   // rank >= the job's world size
+  kSlotOutOfRange,   // slot >= the job's segment length
+  kElementCount,     // element_count != the job's elements per packet
+  kBadExponent,      // an exponent field outside the valid range
+  kStaleChunk,       // a late packet for a chunk this slot already finished
+  kChunkMismatch,    // a newer chunk while the slot still aggregates another
+  kExponentMismatch, // scaled with another exponent than the slot's first packet
+  kSourceMismatch,   // (transport) sender address not registered for this rank
+};
+inline constexpr int kNumDropReasons = 12;
+const char* DropReasonName(DropReason r);
+
+struct Verdict {
+  Action action = Action::kDrop;
+  DropReason reason = DropReason::kNone;
+  uint16_t rank = 0;       // the contributing rank (destination for *ToSender)
+  uint16_t world_size = 0; // destinations 0..world_size-1 for kSendToAll
+  size_t out_bytes = 0;    // bytes written to `out` (0 for kDrop)
+};
+
+struct DataPlaneCounters {
+  uint64_t packets = 0;           // every packet handed to Process()
+  uint64_t contributions = 0;     // new contributions added into a slot
+  uint64_t slots_completed = 0;   // results sent to all workers
+  uint64_t results_resent = 0;    // results re-sent to one worker
+  uint64_t pending_replies = 0;   // retransmissions answered with kPending
+  std::array<uint64_t, kNumDropReasons> drops{};
+  std::array<uint64_t, kNumDecodeErrors> decode_errors{};
+
+  uint64_t TotalDrops() const;
+};
+
+class DataPlane {
+ public:
+  // REQUIRES: config.Validate().ok(); Create() checks it for callers with
+  // untrusted configuration.
+  explicit DataPlane(const DataPlaneConfig& config);
+  static StatusOr<std::unique_ptr<DataPlane>> Create(const DataPlaneConfig& config);
+  DataPlane(const DataPlane&) = delete;
+  DataPlane& operator=(const DataPlane&) = delete;
+
+  const DataPlaneConfig& config() const { return config_; }
+
+  // Setup path. Installs the job in table entry id % max_jobs and resets its
+  // pool segment. Fails if the entry is taken, the segment overlaps another
+  // job's or leaves the pool, or a size exceeds this data plane's limits.
+  Status RegisterJob(const JobRegistration& job);
+  // Removes the job; its later packets count as kUnknownJob.
+  Status UnregisterJob(JobId id);
+  bool HasJob(JobId id) const;
+  // Counters of one job (zero for an unknown job); global ones below.
+  DataPlaneCounters JobCounters(JobId id) const;
+  const DataPlaneCounters& counters() const { return counters_; }
+
+  // Hot path. Processes one received packet; writes any packet to send into
+  // `out`. REQUIRES: out.size() >= PacketBytes(config().max_elements_per_packet).
+  Verdict Process(std::span<const uint8_t> packet, std::span<uint8_t> out);
+  // Same for a packet the caller already decoded (a transport that checked
+  // the sender's address first); counts as one packet.
+  Verdict ProcessDecoded(const PacketView& packet, std::span<uint8_t> out);
+
+  // Counts a drop decided outside the data plane (e.g. kSourceMismatch by the
+  // transport), under the job if it is known.
+  void CountExternalDrop(uint32_t job, DropReason reason);
+
+ private:
+  struct JobEntry {
+    bool active = false;
+    JobRegistration reg;
+    DataPlaneCounters counters;
+  };
+  // Index of (version, pool slot) into the per-slot arrays.
+  size_t SlotIndexOf(uint8_t version, uint32_t pool_slot) const {
+    return size_t(version) * config_.pool_slots + pool_slot;
+  }
+  JobEntry* FindJob(uint32_t job);
+  Verdict Drop(JobEntry* job, DropReason reason);
+  size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
+                     uint16_t job_slot, std::span<uint8_t> out) const;
+  size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
+                      std::span<uint8_t> out) const;
+  void ResetSegment(uint32_t base, uint32_t count);
+
+  DataPlaneConfig config_;
+  size_t bitmap_words_;  // 64-bit words per seen-bitmap
+
+  // Per (version, pool slot); see SlotIndexOf().
+  std::vector<uint32_t> acc_;        // accumulators, stride max_elements_per_packet
+  std::vector<uint64_t> seen_;       // bitmaps, stride bitmap_words_
+  std::vector<uint16_t> remaining_;  // contributions still missing; 0 = idle or complete
+  std::vector<uint8_t> used_;        // the slot has held a chunk since its reset
+  std::vector<uint32_t> chunk_;      // chunk id of the current or last aggregation
+  std::vector<int16_t> exponent_;    // scale exponent of the current aggregation
+  std::vector<int16_t> max_next_exponent_;
+
+  std::vector<JobEntry> jobs_;
+  DataPlaneCounters counters_;
+};
+
+// Serial-number order for 32-bit chunk ids (RFC 1982): true if a is older than b.
+constexpr bool ChunkBefore(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
+
+}  // namespace switchml

@@ -1,0 +1,78 @@
+// Job setup (the control plane's logic, without any RPC): workers register
+// for a named job; when all ranks have registered with identical parameters
+// the job gets an id and a segment of the switch's pool, and is installed in
+// the data plane. Transports (gRPC in the switch daemon, direct calls in the
+// simulation) wrap this class.
+//
+// Job ids are generation * max_jobs + table entry, so an id is never reused
+// while packets of its previous holder may still be in flight.
+//
+// Thread safety: none; callers serialize access (the daemon holds a mutex).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "switchml/data_plane.h"
+#include "switchml/status.h"
+#include "switchml/types.h"
+
+namespace switchml {
+
+// What one worker asks for. Every rank of a job must send the same values
+// except `rank`.
+struct JobRequest {
+  std::string job_name;
+  uint16_t rank = 0;
+  uint16_t world_size = 0;
+  uint16_t elements_per_packet = 0;
+  uint16_t pool_slots = 0;  // slots the job wants (its window's upper bound)
+};
+
+// What every worker of a complete job gets back.
+struct JobAssignment {
+  JobId id;
+  uint16_t world_size = 0;
+  uint16_t elements_per_packet = 0;
+  uint16_t pool_slots = 0;
+};
+
+class JobRegistry {
+ public:
+  // `data_plane` must outlive the registry.
+  explicit JobRegistry(DataPlane* data_plane);
+
+  // Adds one rank. Errors name the mismatching value and the ranks involved;
+  // a rejected request leaves the job's other registrations in place. When
+  // the last rank joins, the job is installed and Assignment() answers.
+  Status Join(const JobRequest& request);
+  // The assignment of a complete job; nullopt while ranks are missing.
+  std::optional<JobAssignment> Assignment(const std::string& job_name) const;
+  // Ranks that have not registered yet (for error messages and barriers).
+  std::vector<uint16_t> MissingRanks(const std::string& job_name) const;
+  // Ends the job (complete or not): frees its pool segment and job id.
+  Status End(const std::string& job_name);
+
+  size_t job_count() const { return jobs_.size(); }
+  uint32_t free_slots() const;
+
+ private:
+  struct Job {
+    JobRequest params;            // the first registrant's values (rank ignored)
+    std::vector<bool> joined;
+    uint16_t joined_count = 0;
+    std::optional<JobAssignment> assignment;
+    uint32_t pool_base = 0;
+  };
+  Status Install(Job& job);
+  std::optional<uint32_t> AllocateSegment(uint16_t slots) const;
+
+  DataPlane* data_plane_;
+  std::map<std::string, Job> jobs_;
+  uint32_t generation_ = 1;
+};
+
+}  // namespace switchml

@@ -1,0 +1,105 @@
+// The switchml wire format: the one definition of every field.
+//
+// Every packet is a fixed 24-byte header followed by `element_count` 32-bit
+// words in network byte order. All multi-byte fields are big-endian and
+// naturally aligned, so a P4 parser can extract them as whole headers.
+//
+//   offset size field           meaning
+//   0      2    magic           0x534D ("SM")
+//   2      1    version         kWireVersion
+//   3      1    type            MessageType
+//   4      4    job             JobId assigned by the switch at registration
+//   8      4    chunk           per-job sequence number of this packet's chunk
+//   12     2    rank            sender rank (contribution) or destination rank
+//                               (kAllRanks for a result sent to every worker)
+//   14     2    slot            slot within the job's pool segment
+//   16     2    element_count   number of 32-bit words after the header
+//   18     1    flags           bit 0: pool version (shadow copy); others 0
+//   19     1    reserved        0
+//   20     2    exponent        int16: block exponent the values were scaled
+//                               with (0 for int32 and for descriptor rounds)
+//   22     2    next_exponent   int16: contribution: block exponent of the
+//                               chunk that uses this slot next; result: the
+//                               maximum over all workers
+//
+// docs/wire-format.md describes the semantics of each message type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace switchml {
+
+inline constexpr uint16_t kWireMagic = 0x534D;
+inline constexpr uint8_t kWireVersion = 1;
+inline constexpr size_t kHeaderBytes = 24;
+inline constexpr uint16_t kAllRanks = 0xFFFF;
+// 8192 words = 32 KiB of payload: fits one UDP datagram on loopback. Hardware
+// switches use 64 or 256 (see p4/).
+inline constexpr uint16_t kMaxElementsPerPacket = 8192;
+inline constexpr uint8_t kFlagVersionBit = 0x01;
+
+enum class MessageType : uint8_t {
+  kContribution = 1,  // worker -> switch: k values for one slot
+  kResult = 2,        // switch -> worker(s): the aggregated k values
+  kPending = 3,       // switch -> worker: the slot is not complete yet; the
+                      // payload is a bitmap of the ranks that contributed
+};
+
+struct PacketHeader {
+  MessageType type = MessageType::kContribution;
+  uint32_t job = 0;
+  uint32_t chunk = 0;
+  uint16_t rank = 0;
+  uint16_t slot = 0;
+  uint16_t element_count = 0;
+  uint8_t version = 0;  // the pool version bit, 0 or 1
+  int16_t exponent = 0;
+  int16_t next_exponent = 0;
+};
+
+enum class DecodeError : uint8_t {
+  kOk = 0,
+  kTooShort,         // fewer than kHeaderBytes
+  kBadMagic,
+  kBadVersion,       // wire version we do not speak
+  kBadType,          // unknown message type
+  kLengthMismatch,   // bytes after the header != 4 * element_count
+  kTooManyElements,  // element_count > kMaxElementsPerPacket
+  kBadFlags,         // reserved flag bits or reserved byte set
+};
+inline constexpr int kNumDecodeErrors = 8;
+const char* DecodeErrorName(DecodeError e);
+
+// A validated view of a packet. `payload` points into the caller's buffer and
+// is valid only while that buffer is; it holds element_count big-endian words.
+struct PacketView {
+  PacketHeader header;
+  const uint8_t* payload = nullptr;
+};
+
+// Bytes needed for a packet carrying `element_count` words.
+constexpr size_t PacketBytes(uint16_t element_count) {
+  return kHeaderBytes + 4u * element_count;
+}
+
+// Validates every field and fills `out`. Never reads outside `bytes`.
+DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out);
+
+// Writes the 24-byte header to `dst`.
+// REQUIRES: dst.size() >= kHeaderBytes.
+void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst);
+
+// Big-endian 32-bit word access for payloads.
+inline uint32_t LoadBe32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+inline void StoreBe32(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v >> 24);
+  p[1] = uint8_t(v >> 16);
+  p[2] = uint8_t(v >> 8);
+  p[3] = uint8_t(v);
+}
+
+}  // namespace switchml

@@ -1,0 +1,146 @@
+// The worker engine: DESIGN.md §3's per-worker protocol as a state machine
+// without I/O.
+//
+// The engine is fed received packets and the current time and emits packets
+// through a PacketSink; the caller owns sockets and clocks. One engine serves
+// one worker rank of one registered job and runs that job's all-reduce
+// operations one after the other, in submission order (every rank must submit
+// the same sequence of operations, as with any collective library).
+//
+// Protocol per operation of C chunks (k elements each, the last one padded
+// with zeros) over a window of w = min(pool_slots, max(C, 1)) slots:
+//   round 0 (descriptor round): every slot i carries the operation descriptor
+//     (see src/worker/op_descriptor.h) and the block exponent of chunk i;
+//   round r >= 1: slot i carries chunk (r-1)*w + i, scaled with the exponent
+//     agreed in round r-1, and the exponent of chunk r*w + i (look-ahead).
+// A result for slot i is the credit to send slot i's next round, into the
+// other pool version. The version bit and the chunk-id sequence of every slot
+// persist across operations, so the switch sees one continuous stream.
+//
+// Failures: a timeout without progress fails the running operation with
+// DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
+// silent switch, and breaks the engine: the job must be registered again
+// (with a fresh engine). A descriptor disagreement does the same. NaN/Inf in
+// an input fails that operation with DATA_LOSS but keeps the job usable.
+//
+// Thread safety: none; one thread drives an engine. Buffers passed to
+// Submit() must stay valid until that operation's completion callback ran.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "switchml/status.h"
+#include "switchml/types.h"
+#include "switchml/wire_format.h"
+
+namespace switchml {
+
+// Where an engine's outgoing packets go. The bytes are valid only during the
+// call; the sink copies or sends them before returning.
+class PacketSink {
+ public:
+  virtual ~PacketSink() = default;
+  virtual void Send(std::span<const uint8_t> packet) = 0;
+};
+
+struct WorkerEngineConfig {
+  JobId job;                         // assigned by the switch at registration
+  Rank rank;                         // this worker, 0..world_size-1
+  uint16_t world_size = 1;           // workers in the job
+  uint16_t elements_per_packet = 256;  // k, the same for every rank (min 32)
+  uint16_t pool_slots = 128;         // the job's pool segment; the window's upper bound
+  Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // first retransmission
+  Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
+  Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
+
+  Status Validate() const;
+};
+
+// Smallest elements_per_packet: the descriptor round needs 22 words.
+inline constexpr uint16_t kMinElementsPerPacket = 32;
+
+// Receive-side and send-side counters of one engine.
+struct WorkerEngineCounters {
+  uint64_t packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t results_accepted = 0;
+  uint64_t pending_received = 0;  // kPending answers to retransmissions
+  uint64_t duplicates = 0;        // results for rounds already done (or not started)
+  uint64_t malformed = 0;         // failed DecodePacket
+  uint64_t wrong_job_or_rank = 0; // well-formed but not for this worker
+  uint64_t invalid = 0;           // wrong type, slot, size or exponent for this job
+  uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the base timeout
+};
+
+using OpId = uint64_t;
+using OpCallback = std::function<void(OpId, const Status&)>;
+
+class WorkerEngine {
+ public:
+  static StatusOr<std::unique_ptr<WorkerEngine>> Create(const WorkerEngineConfig& config);
+  explicit WorkerEngine(const WorkerEngineConfig& config);  // REQUIRES: config.Validate().ok()
+  ~WorkerEngine();
+  WorkerEngine(const WorkerEngine&) = delete;
+  WorkerEngine& operator=(const WorkerEngine&) = delete;
+
+  const WorkerEngineConfig& config() const { return config_; }
+
+  // Setup path: queues an all-reduce (sum) of `count` elements of `dtype`.
+  // `in` and `out` may be the same buffer. `done` runs on the driving thread
+  // from inside OnPacket()/OnTimer() when the operation ends. Returns an error
+  // (and does not queue) for bad arguments or a broken engine.
+  StatusOr<OpId> Submit(const void* in, void* out, size_t count, DType dtype, OpCallback done);
+
+  // Hot path: one received packet (anything: it is validated and counted).
+  void OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink);
+  // Hot path: starts queued operations, retransmits expired slots and fails
+  // the job when it made no progress for failure_timeout. Call it at
+  // NextDeadline() (calling it earlier or more often is harmless).
+  void OnTimer(Nanos now, PacketSink& sink);
+  // When OnTimer() next has work; Nanos::max() when idle.
+  Nanos NextDeadline() const;
+
+  bool idle() const;    // no operation running or queued
+  bool broken() const { return !broken_reason_.empty(); }
+  const WorkerEngineCounters& counters() const { return counters_; }
+
+ private:
+  struct Op;
+  struct Slot;
+
+  void StartNextOp(Nanos now, PacketSink& sink);
+  void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
+  void FinishOp(Status status);
+  void Break(Status status);
+  void ScanTimers(Nanos now, PacketSink& sink);
+  std::string DescribeStall(Nanos now) const;
+  uint32_t ChunkId(uint32_t round, uint16_t index) const;
+  uint32_t RoundsOf(uint16_t index) const;
+
+  WorkerEngineConfig config_;
+  size_t packet_bytes_;
+  std::vector<Slot> slots_;
+  std::vector<uint8_t> packet_buffers_;  // one retransmission copy per slot
+  std::vector<uint32_t> missing_;        // ranks the switch last reported missing (bitmap)
+  Nanos missing_reported_at_{-1};
+  std::deque<Op> queue_;                 // queue_.front() runs
+  bool running_ = false;
+  OpId next_op_id_ = 1;
+  uint32_t next_chunk_base_ = 0;         // chunk-id sequence, continuous across ops
+  Nanos rto_;                            // current base retransmission timeout
+  uint32_t clean_results_ = 0;           // results since the last clustered timeout
+  Nanos last_progress_{0};
+  Nanos next_scan_ = Nanos::max();
+  uint64_t unanswered_ = 0;              // retransmissions since the last packet from the switch
+  std::string broken_reason_;
+  WorkerEngineCounters counters_;
+};
+
+}  // namespace switchml

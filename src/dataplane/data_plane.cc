@@ -1,0 +1,291 @@
+#include "switchml/data_plane.h"
+
+#include <algorithm>
+#include <string>
+
+#include "switchml/quantize.h"
+
+namespace switchml {
+
+const char* DropReasonName(DropReason r) {
+  switch (r) {
+    case DropReason::kNone: return "none";
+    case DropReason::kMalformed: return "malformed";
+    case DropReason::kNotContribution: return "not_contribution";
+    case DropReason::kUnknownJob: return "unknown_job";
+    case DropReason::kRankOutOfRange: return "rank_out_of_range";
+    case DropReason::kSlotOutOfRange: return "slot_out_of_range";
+    case DropReason::kElementCount: return "element_count";
+    case DropReason::kBadExponent: return "bad_exponent";
+    case DropReason::kStaleChunk: return "stale_chunk";
+    case DropReason::kChunkMismatch: return "chunk_mismatch";
+    case DropReason::kExponentMismatch: return "exponent_mismatch";
+    case DropReason::kSourceMismatch: return "source_mismatch";
+  }
+  return "unknown";
+}
+
+uint64_t DataPlaneCounters::TotalDrops() const {
+  uint64_t total = 0;
+  for (uint64_t d : drops) total += d;
+  return total;
+}
+
+Status DataPlaneConfig::Validate() const {
+  if (pool_slots == 0 || pool_slots > (1u << 24)) {
+    return InvalidArgument("pool_slots=" + std::to_string(pool_slots) +
+                           " is out of range; use 1..16777216");
+  }
+  if (max_elements_per_packet == 0 || max_elements_per_packet > kMaxElementsPerPacket) {
+    return InvalidArgument("max_elements_per_packet=" + std::to_string(max_elements_per_packet) +
+                           " is out of range; use 1.." + std::to_string(kMaxElementsPerPacket));
+  }
+  if (max_workers == 0 || max_workers == kAllRanks) {
+    return InvalidArgument("max_workers=" + std::to_string(max_workers) +
+                           " is out of range; use 1..65534");
+  }
+  if (max_jobs == 0) return InvalidArgument("max_jobs must be at least 1");
+  const double bytes = 2.0 * pool_slots * max_elements_per_packet * 4.0;
+  if (bytes > 16.0 * (1ull << 30)) {
+    return InvalidArgument("pool_slots * max_elements_per_packet needs " +
+                           std::to_string(uint64_t(bytes)) +
+                           " bytes of accumulators; the limit is 16 GiB — use fewer slots");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<DataPlane>> DataPlane::Create(const DataPlaneConfig& config) {
+  if (Status s = config.Validate(); !s.ok()) return s;
+  return std::make_unique<DataPlane>(config);
+}
+
+DataPlane::DataPlane(const DataPlaneConfig& config)
+    : config_(config), bitmap_words_((config.max_workers + 63) / 64) {
+  const size_t slots = 2 * size_t(config.pool_slots);
+  acc_.assign(slots * config.max_elements_per_packet, 0);
+  seen_.assign(slots * bitmap_words_, 0);
+  remaining_.assign(slots, 0);
+  used_.assign(slots, 0);
+  chunk_.assign(slots, 0);
+  exponent_.assign(slots, 0);
+  max_next_exponent_.assign(slots, 0);
+  jobs_.resize(config.max_jobs);
+}
+
+void DataPlane::ResetSegment(uint32_t base, uint32_t count) {
+  for (uint8_t v = 0; v < 2; ++v) {
+    const size_t first = SlotIndexOf(v, base);
+    std::fill_n(seen_.begin() + first * bitmap_words_, count * bitmap_words_, 0);
+    std::fill_n(remaining_.begin() + first, count, 0);
+    std::fill_n(used_.begin() + first, count, 0);
+    std::fill_n(chunk_.begin() + first, count, 0);
+  }
+}
+
+Status DataPlane::RegisterJob(const JobRegistration& job) {
+  const std::string id = std::to_string(job.id.value());
+  if (job.world_size == 0 || job.world_size > config_.max_workers) {
+    return InvalidArgument("job " + id + ": world_size=" + std::to_string(job.world_size) +
+                           " is out of range; this switch accepts 1.." +
+                           std::to_string(config_.max_workers) + " workers per job");
+  }
+  if (job.elements_per_packet == 0 ||
+      job.elements_per_packet > config_.max_elements_per_packet) {
+    return InvalidArgument("job " + id + ": elements_per_packet=" +
+                           std::to_string(job.elements_per_packet) +
+                           " is out of range; this switch accepts 1.." +
+                           std::to_string(config_.max_elements_per_packet));
+  }
+  if (job.pool_slots == 0 || uint64_t(job.pool_base) + job.pool_slots > config_.pool_slots) {
+    return ResourceExhausted("job " + id + ": pool segment [" + std::to_string(job.pool_base) +
+                             ", " + std::to_string(uint64_t(job.pool_base) + job.pool_slots) +
+                             ") does not fit a pool of " + std::to_string(config_.pool_slots) +
+                             " slots");
+  }
+  JobEntry& entry = jobs_[job.id.value() % config_.max_jobs];
+  if (entry.active) {
+    return {StatusCode::kAlreadyExists,
+            "job " + id + ": job table entry is taken by job " +
+                std::to_string(entry.reg.id.value()) + "; unregister it or pick another id"};
+  }
+  for (const JobEntry& other : jobs_) {
+    if (!other.active) continue;
+    const uint64_t a0 = job.pool_base, a1 = a0 + job.pool_slots;
+    const uint64_t b0 = other.reg.pool_base, b1 = b0 + other.reg.pool_slots;
+    if (a0 < b1 && b0 < a1) {
+      return {StatusCode::kAlreadyExists,
+              "job " + id + ": pool segment overlaps job " +
+                  std::to_string(other.reg.id.value())};
+    }
+  }
+  ResetSegment(job.pool_base, job.pool_slots);
+  entry.active = true;
+  entry.reg = job;
+  entry.counters = DataPlaneCounters{};
+  return Status::Ok();
+}
+
+Status DataPlane::UnregisterJob(JobId id) {
+  JobEntry* entry = FindJob(id.value());
+  if (entry == nullptr) {
+    return {StatusCode::kNotFound, "job " + std::to_string(id.value()) + " is not registered"};
+  }
+  entry->active = false;
+  return Status::Ok();
+}
+
+bool DataPlane::HasJob(JobId id) const {
+  const JobEntry& e = jobs_[id.value() % config_.max_jobs];
+  return e.active && e.reg.id == id;
+}
+
+DataPlaneCounters DataPlane::JobCounters(JobId id) const {
+  return HasJob(id) ? jobs_[id.value() % config_.max_jobs].counters : DataPlaneCounters{};
+}
+
+DataPlane::JobEntry* DataPlane::FindJob(uint32_t job) {
+  JobEntry& e = jobs_[job % config_.max_jobs];
+  return (e.active && e.reg.id.value() == job) ? &e : nullptr;
+}
+
+Verdict DataPlane::Drop(JobEntry* job, DropReason reason) {
+  ++counters_.drops[size_t(reason)];
+  if (job != nullptr) ++job->counters.drops[size_t(reason)];
+  return Verdict{Action::kDrop, reason, 0, 0, 0};
+}
+
+void DataPlane::CountExternalDrop(uint32_t job, DropReason reason) {
+  Drop(FindJob(job), reason);
+}
+
+Verdict DataPlane::Process(std::span<const uint8_t> packet, std::span<uint8_t> out) {
+  PacketView view;
+  const DecodeError err = DecodePacket(packet, &view);
+  if (err != DecodeError::kOk) {
+    ++counters_.packets;
+    ++counters_.decode_errors[size_t(err)];
+    return Drop(nullptr, DropReason::kMalformed);
+  }
+  return ProcessDecoded(view, out);
+}
+
+size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
+                              uint16_t job_slot, std::span<uint8_t> out) const {
+  const uint16_t k = job.reg.elements_per_packet;
+  PacketHeader h;
+  h.type = MessageType::kResult;
+  h.job = job.reg.id.value();
+  h.chunk = chunk_[slot];
+  h.rank = rank;
+  h.slot = job_slot;
+  h.element_count = k;
+  h.version = version;
+  h.exponent = exponent_[slot];
+  h.next_exponent = max_next_exponent_[slot];
+  EncodeHeader(h, out);
+  const uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
+  uint8_t* dst = out.data() + kHeaderBytes;
+  for (uint16_t j = 0; j < k; ++j) StoreBe32(dst + 4 * j, acc[j]);
+  return PacketBytes(k);
+}
+
+size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
+                               std::span<uint8_t> out) const {
+  // Payload: the seen-bitmap as 32-bit words, rank r in word r/32, bit r%32.
+  const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
+  PacketHeader h = in;
+  h.type = MessageType::kPending;
+  h.chunk = chunk_[slot];
+  h.element_count = words;
+  h.exponent = 0;
+  h.next_exponent = 0;
+  EncodeHeader(h, out);
+  const uint64_t* seen = &seen_[slot * bitmap_words_];
+  uint8_t* dst = out.data() + kHeaderBytes;
+  for (uint16_t w = 0; w < words; ++w) {
+    StoreBe32(dst + 4 * w, uint32_t(seen[w / 2] >> (32 * (w % 2))));
+  }
+  return PacketBytes(words);
+}
+
+Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> out) {
+  ++counters_.packets;
+  const PacketHeader& h = packet.header;
+  JobEntry* job = FindJob(h.job);
+  if (job != nullptr) ++job->counters.packets;
+  if (h.type != MessageType::kContribution) return Drop(job, DropReason::kNotContribution);
+  if (job == nullptr) return Drop(nullptr, DropReason::kUnknownJob);
+  const JobRegistration& reg = job->reg;
+  if (h.rank >= reg.world_size) return Drop(job, DropReason::kRankOutOfRange);
+  if (h.slot >= reg.pool_slots) return Drop(job, DropReason::kSlotOutOfRange);
+  if (h.element_count != reg.elements_per_packet) return Drop(job, DropReason::kElementCount);
+  if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
+    return Drop(job, DropReason::kBadExponent);
+  }
+
+  const uint8_t v = h.version;
+  const size_t slot = SlotIndexOf(v, reg.pool_base + h.slot);
+  const size_t other = SlotIndexOf(v ^ 1, reg.pool_base + h.slot);
+  uint64_t& seen_word = seen_[slot * bitmap_words_ + h.rank / 64];
+  const uint64_t bit = uint64_t{1} << (h.rank % 64);
+
+  if (seen_word & bit) {
+    // A retransmission: this rank already counted in (v, slot).
+    if (h.chunk != chunk_[slot]) return Drop(job, DropReason::kStaleChunk);
+    if (remaining_[slot] == 0) {
+      ++counters_.results_resent;
+      ++job->counters.results_resent;
+      return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, reg.world_size,
+                     WriteResult(*job, slot, h.rank, v, h.slot, out)};
+    }
+    ++counters_.pending_replies;
+    ++job->counters.pending_replies;
+    return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, reg.world_size,
+                   WritePending(*job, slot, h, out)};
+  }
+
+  const bool first = remaining_[slot] == 0;
+  if (first) {
+    // Only a chunk newer than the last one this slot finished may start it;
+    // anything else is a late duplicate that would overwrite a result some
+    // worker may still need.
+    if (used_[slot] && !ChunkBefore(chunk_[slot], h.chunk)) {
+      return Drop(job, DropReason::kStaleChunk);
+    }
+  } else if (h.chunk != chunk_[slot]) {
+    return Drop(job, ChunkBefore(h.chunk, chunk_[slot]) ? DropReason::kStaleChunk
+                                                        : DropReason::kChunkMismatch);
+  } else if (h.exponent != exponent_[slot]) {
+    return Drop(job, DropReason::kExponentMismatch);
+  }
+
+  // A new contribution: count it here and recycle the other version lazily.
+  seen_word |= bit;
+  seen_[other * bitmap_words_ + h.rank / 64] &= ~bit;
+  uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
+  const uint8_t* src = packet.payload;
+  const uint16_t k = reg.elements_per_packet;
+  if (first) {
+    for (uint16_t j = 0; j < k; ++j) acc[j] = LoadBe32(src + 4 * j);
+    used_[slot] = 1;
+    chunk_[slot] = h.chunk;
+    exponent_[slot] = h.exponent;
+    max_next_exponent_[slot] = h.next_exponent;
+    remaining_[slot] = uint16_t(reg.world_size - 1);
+  } else {
+    // Unsigned adds: int32 sums wrap like two's complement, without UB.
+    for (uint16_t j = 0; j < k; ++j) acc[j] += LoadBe32(src + 4 * j);
+    max_next_exponent_[slot] = std::max(max_next_exponent_[slot], h.next_exponent);
+    --remaining_[slot];
+  }
+  ++counters_.contributions;
+  ++job->counters.contributions;
+  if (remaining_[slot] != 0) return Verdict{Action::kDrop, DropReason::kNone, h.rank, 0, 0};
+
+  ++counters_.slots_completed;
+  ++job->counters.slots_completed;
+  return Verdict{Action::kSendToAll, DropReason::kNone, h.rank, reg.world_size,
+                 WriteResult(*job, slot, kAllRanks, v, h.slot, out)};
+}
+
+}  // namespace switchml

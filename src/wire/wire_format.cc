@@ -1,0 +1,73 @@
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+uint16_t LoadBe16(const uint8_t* p) { return uint16_t((p[0] << 8) | p[1]); }
+void StoreBe16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+
+}  // namespace
+
+const char* DecodeErrorName(DecodeError e) {
+  switch (e) {
+    case DecodeError::kOk: return "ok";
+    case DecodeError::kTooShort: return "too_short";
+    case DecodeError::kBadMagic: return "bad_magic";
+    case DecodeError::kBadVersion: return "bad_version";
+    case DecodeError::kBadType: return "bad_type";
+    case DecodeError::kLengthMismatch: return "length_mismatch";
+    case DecodeError::kTooManyElements: return "too_many_elements";
+    case DecodeError::kBadFlags: return "bad_flags";
+  }
+  return "unknown";
+}
+
+DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
+  if (bytes.size() < kHeaderBytes) return DecodeError::kTooShort;
+  const uint8_t* p = bytes.data();
+  if (LoadBe16(p) != kWireMagic) return DecodeError::kBadMagic;
+  if (p[2] != kWireVersion) return DecodeError::kBadVersion;
+  const uint8_t type = p[3];
+  if (type < uint8_t(MessageType::kContribution) || type > uint8_t(MessageType::kPending)) {
+    return DecodeError::kBadType;
+  }
+  const uint16_t count = LoadBe16(p + 16);
+  if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
+  if (bytes.size() != PacketBytes(count)) return DecodeError::kLengthMismatch;
+  const uint8_t flags = p[18];
+  if ((flags & ~kFlagVersionBit) != 0 || p[19] != 0) return DecodeError::kBadFlags;
+
+  PacketHeader& h = out->header;
+  h.type = MessageType(type);
+  h.job = LoadBe32(p + 4);
+  h.chunk = LoadBe32(p + 8);
+  h.rank = LoadBe16(p + 12);
+  h.slot = LoadBe16(p + 14);
+  h.element_count = count;
+  h.version = flags & kFlagVersionBit;
+  h.exponent = int16_t(LoadBe16(p + 20));
+  h.next_exponent = int16_t(LoadBe16(p + 22));
+  out->payload = p + kHeaderBytes;
+  return DecodeError::kOk;
+}
+
+void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
+  uint8_t* p = dst.data();
+  StoreBe16(p, kWireMagic);
+  p[2] = kWireVersion;
+  p[3] = uint8_t(h.type);
+  StoreBe32(p + 4, h.job);
+  StoreBe32(p + 8, h.chunk);
+  StoreBe16(p + 12, h.rank);
+  StoreBe16(p + 14, h.slot);
+  StoreBe16(p + 16, h.element_count);
+  p[18] = h.version & kFlagVersionBit;
+  p[19] = 0;
+  StoreBe16(p + 20, uint16_t(h.exponent));
+  StoreBe16(p + 22, uint16_t(h.next_exponent));
+}
+
+}  // namespace switchml

@@ -1,0 +1,418 @@
+#include "switchml/worker_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "switchml/quantize.h"
+#include "worker/op_descriptor.h"
+
+namespace switchml {
+namespace {
+
+// Chunk ids are a serial-number space; keep one operation's span well inside
+// half of it.
+constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
+
+std::string Millis(Nanos d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+}
+
+}  // namespace
+
+struct WorkerEngine::Op {
+  OpId id = 0;
+  const uint8_t* in = nullptr;
+  uint8_t* out = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kInt32;
+  OpCallback done;
+  OpDescriptor desc;
+  uint32_t chunks = 0;      // C
+  uint16_t window = 0;      // w
+  uint32_t chunk_base = 0;  // chunk id of round 0, slot 0
+  uint16_t slots_done = 0;
+  // First chunk whose agreed exponent said "NaN/Inf somewhere", and whether
+  // this worker's own input had one.
+  int64_t non_finite_chunk = -1;
+  int64_t local_non_finite_chunk = -1;
+};
+
+struct WorkerEngine::Slot {
+  uint8_t version = 0;  // pool version of the next packet; persists across ops
+  bool outstanding = false;
+  uint32_t round = 0;
+  int16_t scale = 0;  // exponent agreed for the chunk of `round`
+  uint32_t attempts = 0;
+  Nanos deadline{0};
+};
+
+Status WorkerEngineConfig::Validate() const {
+  if (world_size == 0 || world_size == kAllRanks) {
+    return InvalidArgument("world_size=" + std::to_string(world_size) +
+                           " is out of range; use 1..65534");
+  }
+  if (rank.value() >= world_size) {
+    return InvalidArgument("rank=" + std::to_string(rank.value()) + " is out of range for world_size=" +
+                           std::to_string(world_size) + "; ranks are 0..world_size-1");
+  }
+  if (elements_per_packet < kMinElementsPerPacket || elements_per_packet > kMaxElementsPerPacket) {
+    return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
+                           " is out of range; use " + std::to_string(kMinElementsPerPacket) + ".." +
+                           std::to_string(kMaxElementsPerPacket) + " (64, 256 or 1024 are typical)");
+  }
+  if (pool_slots == 0) return InvalidArgument("pool_slots must be at least 1");
+  if (retransmit_timeout <= Nanos(0) || max_retransmit_timeout < retransmit_timeout) {
+    return InvalidArgument(
+        "retransmit_timeout must be positive and at most max_retransmit_timeout");
+  }
+  if (failure_timeout <= max_retransmit_timeout) {
+    return InvalidArgument("failure_timeout (" + Millis(failure_timeout) +
+                           ") must exceed max_retransmit_timeout (" +
+                           Millis(max_retransmit_timeout) + ")");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<WorkerEngine>> WorkerEngine::Create(const WorkerEngineConfig& config) {
+  if (Status s = config.Validate(); !s.ok()) return s;
+  return std::make_unique<WorkerEngine>(config);
+}
+
+WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
+    : config_(config),
+      packet_bytes_(PacketBytes(config.elements_per_packet)),
+      slots_(config.pool_slots),
+      packet_buffers_(config.pool_slots * packet_bytes_),
+      missing_((config.world_size + 31) / 32),
+      rto_(config.retransmit_timeout) {}
+
+WorkerEngine::~WorkerEngine() = default;
+
+bool WorkerEngine::idle() const { return queue_.empty(); }
+
+StatusOr<OpId> WorkerEngine::Submit(const void* in, void* out, size_t count, DType dtype,
+                                    OpCallback done) {
+  if (broken()) {
+    return FailedPrecondition("this job can no longer run all-reduces after an earlier failure (" +
+                              broken_reason_ + "); register the job again");
+  }
+  if (!IsValidDType(uint8_t(dtype))) {
+    return InvalidArgument("dtype=" + std::to_string(int(dtype)) + " is not int32 or float32");
+  }
+  const uint64_t chunks = (count + config_.elements_per_packet - 1) / config_.elements_per_packet;
+  if (chunks > kMaxChunksPerOp) {
+    return InvalidArgument("count=" + std::to_string(count) + " is too large for one all-reduce; "
+                           "split it into pieces of at most " +
+                           std::to_string(kMaxChunksPerOp * config_.elements_per_packet) +
+                           " elements");
+  }
+  if (count > 0 && (in == nullptr || out == nullptr)) {
+    return InvalidArgument("in and out must not be null for count=" + std::to_string(count));
+  }
+  Op op;
+  op.id = next_op_id_++;
+  op.in = static_cast<const uint8_t*>(in);
+  op.out = static_cast<uint8_t*>(out);
+  op.count = count;
+  op.dtype = dtype;
+  op.done = std::move(done);
+  op.desc = OpDescriptor{count, dtype, config_.elements_per_packet};
+  op.chunks = uint32_t(chunks);
+  queue_.push_back(std::move(op));
+  return queue_.back().id;
+}
+
+uint32_t WorkerEngine::ChunkId(uint32_t round, uint16_t index) const {
+  const Op& op = queue_.front();
+  return op.chunk_base + round * uint32_t(op.window) + index;
+}
+
+uint32_t WorkerEngine::RoundsOf(uint16_t index) const {
+  const Op& op = queue_.front();
+  return op.chunks > index ? (op.chunks - index + op.window - 1) / op.window : 0;
+}
+
+void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
+  if (running_ || broken() || queue_.empty()) return;
+  running_ = true;
+  Op& op = queue_.front();
+  op.window = uint16_t(std::min<uint32_t>(config_.pool_slots, std::max<uint32_t>(op.chunks, 1)));
+  op.chunk_base = next_chunk_base_;
+  next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
+  last_progress_ = now;
+  for (uint16_t i = 0; i < op.window; ++i) {
+    slots_[i].round = 0;
+    slots_[i].scale = 0;
+    SendRound(slots_[i], i, now, sink);
+  }
+}
+
+void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  Op& op = queue_.front();
+  const uint32_t k = config_.elements_per_packet;
+  const bool is_float = op.dtype == DType::kFloat32;
+  uint8_t* buf = &packet_buffers_[index * packet_bytes_];
+  uint8_t* payload = buf + kHeaderBytes;
+
+  // The chunk whose exponent this packet announces: the next one in this slot.
+  const uint64_t ahead = uint64_t(slot.round) * op.window + index;
+  int16_t next_exponent = 0;
+  if (is_float) {
+    next_exponent = kMinExponent;
+    if (ahead < op.chunks) {
+      const uint64_t begin = ahead * k;
+      const auto* x = reinterpret_cast<const float*>(op.in) + begin;
+      next_exponent = BlockExponent(x, std::min<uint64_t>(k, op.count - begin));
+      if (next_exponent == kNonFiniteExponent &&
+          (op.local_non_finite_chunk < 0 || int64_t(ahead) < op.local_non_finite_chunk)) {
+        op.local_non_finite_chunk = int64_t(ahead);
+      }
+    }
+  }
+
+  size_t filled = 0;
+  if (slot.round == 0) {
+    EncodeDescriptor(op.desc, payload);
+    filled = kDescriptorWords;
+  } else {
+    const uint64_t chunk = uint64_t(slot.round - 1) * op.window + index;
+    const uint64_t begin = chunk * k;
+    filled = size_t(std::min<uint64_t>(k, op.count - begin));
+    if (!is_float) {
+      Int32ToBigEndian(reinterpret_cast<const int32_t*>(op.in) + begin, filled, payload);
+    } else if (slot.scale == kNonFiniteExponent) {
+      filled = 0;  // some worker has NaN/Inf here: send zeros, the result is NaN anyway
+    } else {
+      QuantizeToBigEndian(reinterpret_cast<const float*>(op.in) + begin, filled,
+                          MakeBlockScale(slot.scale, config_.world_size), payload);
+    }
+  }
+  std::memset(payload + 4 * filled, 0, 4 * (k - filled));
+
+  PacketHeader h;
+  h.type = MessageType::kContribution;
+  h.job = config_.job.value();
+  h.chunk = ChunkId(slot.round, index);
+  h.rank = config_.rank.value();
+  h.slot = index;
+  h.element_count = uint16_t(k);
+  h.version = slot.version;
+  h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
+  h.next_exponent = next_exponent;
+  EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
+
+  sink.Send(std::span<const uint8_t>(buf, packet_bytes_));
+  ++counters_.packets_sent;
+  slot.outstanding = true;
+  slot.attempts = 0;
+  slot.deadline = now + rto_;
+  next_scan_ = std::min(next_scan_, slot.deadline);
+}
+
+void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink) {
+  PacketView p;
+  if (DecodePacket(packet, &p) != DecodeError::kOk) {
+    ++counters_.malformed;
+    return;
+  }
+  const PacketHeader& h = p.header;
+  if (h.job != config_.job.value() ||
+      (h.rank != config_.rank.value() && h.rank != kAllRanks)) {
+    ++counters_.wrong_job_or_rank;
+    return;
+  }
+  if (h.type == MessageType::kContribution) {
+    ++counters_.invalid;
+    return;
+  }
+  if (!running_ || h.slot >= queue_.front().window) {
+    ++counters_.duplicates;  // late packets of a finished operation
+    return;
+  }
+  Slot& slot = slots_[h.slot];
+  if (!slot.outstanding || h.version != slot.version || h.chunk != ChunkId(slot.round, h.slot)) {
+    ++counters_.duplicates;
+    return;
+  }
+  unanswered_ = 0;
+  if (h.type == MessageType::kPending) {
+    if (h.element_count != missing_.size()) {
+      ++counters_.invalid;
+      return;
+    }
+    ++counters_.pending_received;
+    if (missing_reported_at_ < last_progress_) std::fill(missing_.begin(), missing_.end(), 0);
+    for (size_t w = 0; w < missing_.size(); ++w) {
+      const uint32_t valid =
+          (w + 1) * 32 <= config_.world_size ? ~0u : (1u << (config_.world_size % 32)) - 1;
+      missing_[w] |= ~LoadBe32(p.payload + 4 * w) & valid;
+    }
+    missing_reported_at_ = now;
+    return;
+  }
+  // A result for the round this slot waits for.
+  const bool is_float = queue_.front().dtype == DType::kFloat32;
+  const int16_t expected_scale = (is_float && slot.round > 0) ? slot.scale : 0;
+  if (h.element_count != config_.elements_per_packet || h.exponent != expected_scale ||
+      (is_float && !IsValidExponent(h.next_exponent))) {
+    ++counters_.invalid;
+    return;
+  }
+  AcceptResult(slot, h.slot, p, now, sink);
+}
+
+void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
+                                PacketSink& sink) {
+  Op& op = queue_.front();
+  const uint32_t k = config_.elements_per_packet;
+  ++counters_.results_accepted;
+  if (slot.round == 0) {
+    const std::string disagreement = CheckDescriptorSums(op.desc, p.payload, config_.world_size);
+    if (!disagreement.empty()) {
+      Break(InvalidArgument(disagreement));
+      return;
+    }
+  } else {
+    const uint64_t chunk = uint64_t(slot.round - 1) * op.window + index;
+    const uint64_t begin = chunk * k;
+    const size_t n = size_t(std::min<uint64_t>(k, op.count - begin));
+    if (op.dtype == DType::kInt32) {
+      Int32FromBigEndian(p.payload, n, reinterpret_cast<int32_t*>(op.out) + begin);
+    } else if (slot.scale == kNonFiniteExponent) {
+      std::fill_n(reinterpret_cast<float*>(op.out) + begin, n,
+                  std::numeric_limits<float>::quiet_NaN());
+      if (op.non_finite_chunk < 0 || int64_t(chunk) < op.non_finite_chunk) {
+        op.non_finite_chunk = int64_t(chunk);
+      }
+    } else {
+      DequantizeFromBigEndian(p.payload, n, MakeBlockScale(slot.scale, config_.world_size),
+                              reinterpret_cast<float*>(op.out) + begin);
+    }
+  }
+  slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
+  last_progress_ = now;
+  if (slot.attempts == 0 && ++clean_results_ >= op.window) {
+    rto_ = std::max(config_.retransmit_timeout, rto_ / 2);  // recover from back-off
+    clean_results_ = 0;
+  }
+  slot.version ^= 1;
+  ++slot.round;
+  if (slot.round <= RoundsOf(index)) {
+    SendRound(slot, index, now, sink);
+    return;
+  }
+  slot.outstanding = false;
+  if (++op.slots_done < op.window) return;
+
+  Status status;
+  if (op.non_finite_chunk >= 0) {
+    const uint64_t begin = uint64_t(op.non_finite_chunk) * k;
+    const std::string where = "elements [" + std::to_string(begin) + ", " +
+                              std::to_string(std::min<uint64_t>(begin + k, op.count)) + ")";
+    status = Status(StatusCode::kDataLoss,
+                    op.local_non_finite_chunk == op.non_finite_chunk
+                        ? "this worker's input contains NaN or Inf in " + where +
+                              "; the output is NaN there"
+                        : "another worker's input contains NaN or Inf in " + where +
+                              "; the output is NaN there");
+  }
+  FinishOp(std::move(status));
+  StartNextOp(now, sink);
+}
+
+void WorkerEngine::FinishOp(Status status) {
+  Op op = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = false;
+  next_scan_ = Nanos::max();
+  if (op.done) op.done(op.id, status);
+}
+
+void WorkerEngine::Break(Status status) {
+  broken_reason_ = status.message();
+  std::deque<Op> ops;
+  ops.swap(queue_);
+  running_ = false;
+  next_scan_ = Nanos::max();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (!ops[i].done) continue;
+    if (i == 0) {
+      ops[i].done(ops[i].id, status);
+    } else {
+      ops[i].done(ops[i].id, Status(StatusCode::kAborted,
+                                    "an earlier all-reduce of this job failed: " + broken_reason_));
+    }
+  }
+}
+
+std::string WorkerEngine::DescribeStall(Nanos now) const {
+  std::string what = "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
+                     Millis(now - last_progress_) + " at rank " +
+                     std::to_string(config_.rank.value()) + ": ";
+  if (missing_reported_at_ >= last_progress_) {
+    std::string ranks;
+    int listed = 0, total = 0;
+    for (size_t r = 0; r < config_.world_size; ++r) {
+      if (!(missing_[r / 32] >> (r % 32) & 1)) continue;
+      if (++total <= 16) ranks += (listed++ ? ", " : "") + std::to_string(r);
+    }
+    if (total > 16) ranks += " and " + std::to_string(total - 16) + " more";
+    return what + "the switch has no contribution from rank" + (total == 1 ? " " : "s ") + ranks +
+           " (crashed, hung or disconnected?)";
+  }
+  return what + "no answer from the switch to " + std::to_string(unanswered_) +
+         " retransmissions (is the switch running and reachable?)";
+}
+
+void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
+  if (!running_) {
+    StartNextOp(now, sink);
+    return;
+  }
+  if (now - last_progress_ >= config_.failure_timeout) {
+    Break(Status(StatusCode::kDeadlineExceeded, DescribeStall(now)));
+    return;
+  }
+  if (now < next_scan_) return;
+  ScanTimers(now, sink);
+}
+
+void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
+  const Op& op = queue_.front();
+  Nanos next = Nanos::max();
+  uint32_t outstanding = 0, expired = 0;
+  for (uint16_t i = 0; i < op.window; ++i) {
+    Slot& slot = slots_[i];
+    if (!slot.outstanding) continue;
+    ++outstanding;
+    if (now >= slot.deadline) {
+      // Resend the stored packet unchanged: same slot, version and values.
+      sink.Send(std::span<const uint8_t>(&packet_buffers_[i * packet_bytes_], packet_bytes_));
+      ++counters_.packets_sent;
+      ++counters_.retransmissions;
+      ++unanswered_;
+      ++expired;
+      ++slot.attempts;
+      const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(slot.attempts, 16));
+      slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
+    }
+    next = std::min(next, slot.deadline);
+  }
+  // Many slots timing out together means congestion or an overloaded switch,
+  // not random loss: slow everyone down.
+  if (expired >= 2 && expired * 4 >= outstanding) {
+    rto_ = std::min(rto_ * 2, config_.max_retransmit_timeout);
+    clean_results_ = 0;
+    ++counters_.timeout_backoffs;
+  }
+  next_scan_ = next;
+}
+
+Nanos WorkerEngine::NextDeadline() const {
+  if (broken() || queue_.empty()) return Nanos::max();
+  if (!running_) return Nanos(0);
+  return std::min(next_scan_, last_progress_ + config_.failure_timeout);
+}
+
+}  // namespace switchml

@@ -1,0 +1,294 @@
+#include "switchml/data_plane.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace switchml {
+namespace {
+
+constexpr uint16_t kK = 4;
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    DataPlaneConfig config;
+    config.pool_slots = 16;
+    config.max_elements_per_packet = 64;
+    config.max_workers = 128;
+    config.max_jobs = 4;
+    dp_ = std::make_unique<DataPlane>(config);
+    out_.resize(PacketBytes(64));
+  }
+
+  void Register(uint32_t job, uint16_t world, uint32_t base = 0, uint16_t slots = 4,
+                uint16_t k = kK) {
+    ASSERT_TRUE(dp_->RegisterJob({JobId(job), world, k, base, slots}).ok());
+  }
+
+  static std::vector<uint8_t> Packet(uint32_t job, uint16_t rank, uint16_t slot, uint8_t version,
+                                     uint32_t chunk, std::vector<int32_t> values,
+                                     int16_t next_exponent = 0) {
+    PacketHeader h;
+    h.type = MessageType::kContribution;
+    h.job = job;
+    h.chunk = chunk;
+    h.rank = rank;
+    h.slot = slot;
+    h.element_count = uint16_t(values.size());
+    h.version = version;
+    h.next_exponent = next_exponent;
+    std::vector<uint8_t> b(PacketBytes(h.element_count));
+    EncodeHeader(h, b);
+    for (size_t i = 0; i < values.size(); ++i) StoreBe32(&b[kHeaderBytes + 4 * i], values[i]);
+    return b;
+  }
+
+  Verdict Send(uint32_t job, uint16_t rank, uint16_t slot, uint8_t version, uint32_t chunk,
+               std::vector<int32_t> values, int16_t next_exponent = 0) {
+    return dp_->Process(Packet(job, rank, slot, version, chunk, values, next_exponent), out_);
+  }
+
+  // The result in out_: header and values.
+  PacketHeader OutHeader() const {
+    PacketView v;
+    EXPECT_EQ(DecodePacket(std::span(out_.data(), last_bytes_), &v), DecodeError::kOk);
+    return v.header;
+  }
+  std::vector<int32_t> OutValues() const {
+    std::vector<int32_t> values;
+    for (size_t i = kHeaderBytes; i < last_bytes_; i += 4) values.push_back(int32_t(LoadBe32(&out_[i])));
+    return values;
+  }
+  Verdict Keep(Verdict v) {
+    last_bytes_ = v.out_bytes;
+    return v;
+  }
+
+  std::unique_ptr<DataPlane> dp_;
+  std::vector<uint8_t> out_;
+  size_t last_bytes_ = 0;
+};
+
+TEST_F(DataPlaneTest, BasicReductionTwoWorkers) {
+  Register(1, 2);
+  EXPECT_EQ(Send(1, 0, 0, 0, 7, {1, 2, 3, 4}).action, Action::kDrop);
+  const Verdict v = Keep(Send(1, 1, 0, 0, 7, {10, 20, 30, -40}));
+  ASSERT_EQ(v.action, Action::kSendToAll);
+  EXPECT_EQ(v.world_size, 2);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{11, 22, 33, -36}));
+  EXPECT_EQ(OutHeader().type, MessageType::kResult);
+  EXPECT_EQ(OutHeader().rank, kAllRanks);
+  EXPECT_EQ(OutHeader().chunk, 7u);
+  EXPECT_EQ(dp_->counters().slots_completed, 1u);
+}
+
+TEST_F(DataPlaneTest, BasicReductionThreeWorkers) {
+  Register(1, 3);
+  EXPECT_EQ(Send(1, 2, 1, 0, 1, {1, 1, 1, 1}, 5).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 0, 1, 0, 1, {2, 2, 2, 2}, 9).action, Action::kDrop);
+  const Verdict v = Keep(Send(1, 1, 1, 0, 1, {4, 4, 4, 4}, -3));
+  ASSERT_EQ(v.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{7, 7, 7, 7}));
+  EXPECT_EQ(OutHeader().next_exponent, 9);  // the maximum of the look-ahead exponents
+  EXPECT_EQ(OutHeader().slot, 1);
+}
+
+TEST_F(DataPlaneTest, SingleWorkerCompletesAtOnce) {
+  Register(1, 1);
+  const Verdict v = Keep(Send(1, 0, 0, 0, 0, {5, 6, 7, 8}));
+  ASSERT_EQ(v.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{5, 6, 7, 8}));
+}
+
+TEST_F(DataPlaneTest, RetransmissionAfterCompletionRepliesToSenderOnly) {
+  Register(1, 2);
+  Send(1, 0, 0, 0, 3, {1, 2, 3, 4});
+  ASSERT_EQ(Send(1, 1, 0, 0, 3, {1, 1, 1, 1}).action, Action::kSendToAll);
+  for (int i = 0; i < 3; ++i) {
+    const Verdict v = Keep(Send(1, 1, 0, 0, 3, {1, 1, 1, 1}));
+    ASSERT_EQ(v.action, Action::kReplyToSender);
+    EXPECT_EQ(v.rank, 1);
+    EXPECT_EQ(OutHeader().rank, 1);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 3, 4, 5}));
+  }
+  EXPECT_EQ(dp_->counters().results_resent, 3u);
+  EXPECT_EQ(dp_->counters().contributions, 2u);
+}
+
+TEST_F(DataPlaneTest, RetransmissionBeforeCompletionIsNotCountedTwice) {
+  Register(1, 3);
+  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+  const Verdict v = Keep(Send(1, 0, 0, 0, 0, {1, 1, 1, 1}));
+  EXPECT_EQ(v.action, Action::kPendingToSender);  // the contribution itself is dropped
+  EXPECT_EQ(OutHeader().type, MessageType::kPending);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b001}));  // only rank 0 has contributed
+  EXPECT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).action, Action::kDrop);
+  // Only the third worker completes the slot, and the sum counts rank 0 once.
+  const Verdict done = Keep(Send(1, 2, 0, 0, 0, {1, 1, 1, 1}));
+  ASSERT_EQ(done.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{3, 3, 3, 3}));
+  EXPECT_EQ(dp_->counters().contributions, 3u);
+  EXPECT_EQ(dp_->counters().pending_replies, 1u);
+}
+
+TEST_F(DataPlaneTest, SlotReuseAcrossTheTwoVersions) {
+  Register(1, 2);
+  uint32_t chunk = 0;
+  for (int round = 0; round < 6; ++round, chunk += 4) {
+    const uint8_t version = round % 2;
+    Send(1, 0, 2, version, chunk, {round, 1, 0, 0});
+    const Verdict v = Keep(Send(1, 1, 2, version, chunk, {round, 2, 0, 0}));
+    ASSERT_EQ(v.action, Action::kSendToAll) << round;
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{2 * round, 3, 0, 0}));
+    EXPECT_EQ(OutHeader().version, version);
+  }
+}
+
+TEST_F(DataPlaneTest, RetransmissionIntoPreviousVersionAfterOthersMovedOn) {
+  Register(1, 3);
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 0, 0, 0, {r + 1, 0, 0, 0});  // sum 6
+  // Ranks 1 and 2 got the result and moved on to version 1; rank 0 lost it.
+  Send(1, 1, 0, 1, 4, {100, 0, 0, 0});
+  Send(1, 2, 0, 1, 4, {100, 0, 0, 0});
+  const Verdict v = Keep(Send(1, 0, 0, 0, 0, {1, 0, 0, 0}));
+  ASSERT_EQ(v.action, Action::kReplyToSender);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{6, 0, 0, 0}));
+  EXPECT_EQ(OutHeader().version, 0);
+  // Now rank 0 moves on and completes version 1.
+  const Verdict next = Keep(Send(1, 0, 0, 1, 4, {100, 0, 0, 0}));
+  ASSERT_EQ(next.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{300, 0, 0, 0}));
+}
+
+TEST_F(DataPlaneTest, DuplicatesNeverChangeASum) {
+  Register(1, 2);
+  for (int i = 0; i < 5; ++i) Send(1, 0, 0, 0, 0, {1, 2, 3, 4});
+  const Verdict v = Keep(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}));
+  ASSERT_EQ(v.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 3, 4, 5}));
+  for (int i = 0; i < 5; ++i) {
+    Keep(Send(1, 0, 0, 0, 0, {1, 2, 3, 4}));
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 3, 4, 5}));
+  }
+}
+
+// A late duplicate of round r must not start round r+2 in the same version
+// and overwrite a result another worker may still need.
+TEST_F(DataPlaneTest, LateDuplicateOfAnOldRoundIsDroppedAsStale) {
+  Register(1, 2);
+  Send(1, 0, 0, 0, 0, {1, 0, 0, 0});
+  Send(1, 1, 0, 0, 0, {1, 0, 0, 0});
+  Send(1, 0, 0, 1, 4, {2, 0, 0, 0});  // round 1, version 1: clears rank 0's bit in version 0
+  const Verdict v = Send(1, 0, 0, 0, 0, {1, 0, 0, 0});  // the late copy of round 0
+  EXPECT_EQ(v.action, Action::kDrop);
+  EXPECT_EQ(v.reason, DropReason::kStaleChunk);
+  // Rank 1 can still fetch round 0's intact result.
+  Keep(Send(1, 1, 0, 0, 0, {1, 0, 0, 0}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 0, 0, 0}));
+}
+
+TEST_F(DataPlaneTest, ContributionForAnotherChunkWhileAggregatingIsDropped) {
+  Register(1, 3);
+  Send(1, 0, 0, 0, 8, {1, 0, 0, 0});
+  EXPECT_EQ(Send(1, 1, 0, 0, 12, {1, 0, 0, 0}).reason, DropReason::kChunkMismatch);
+  EXPECT_EQ(Send(1, 1, 0, 0, 4, {1, 0, 0, 0}).reason, DropReason::kStaleChunk);
+}
+
+TEST_F(DataPlaneTest, ExponentMismatchIsDropped) {
+  Register(1, 2);
+  std::vector<uint8_t> a = Packet(1, 0, 0, 0, 0, {1, 0, 0, 0});
+  std::vector<uint8_t> b = Packet(1, 1, 0, 0, 0, {1, 0, 0, 0});
+  b[21] = 3;  // exponent field = 3 where rank 0 sent 0
+  dp_->Process(a, out_);
+  EXPECT_EQ(dp_->Process(b, out_).reason, DropReason::kExponentMismatch);
+  b[20] = 0x40;  // exponent 0x4003: not a valid exponent at all
+  EXPECT_EQ(dp_->Process(b, out_).reason, DropReason::kBadExponent);
+}
+
+TEST_F(DataPlaneTest, InvalidFieldsAreCountedPerReason) {
+  Register(1, 2, 0, 4);
+  EXPECT_EQ(Send(2, 0, 0, 0, 0, {1, 2, 3, 4}).reason, DropReason::kUnknownJob);
+  EXPECT_EQ(Send(1, 2, 0, 0, 0, {1, 2, 3, 4}).reason, DropReason::kRankOutOfRange);
+  EXPECT_EQ(Send(1, 0, 4, 0, 0, {1, 2, 3, 4}).reason, DropReason::kSlotOutOfRange);
+  EXPECT_EQ(Send(1, 0, 0, 0, 0, {1, 2, 3}).reason, DropReason::kElementCount);
+  std::vector<uint8_t> result = Packet(1, 0, 0, 0, 0, {1, 2, 3, 4});
+  result[3] = uint8_t(MessageType::kResult);
+  EXPECT_EQ(dp_->Process(result, out_).reason, DropReason::kNotContribution);
+  EXPECT_EQ(dp_->Process(std::vector<uint8_t>(10, 0), out_).reason, DropReason::kMalformed);
+  const DataPlaneCounters& c = dp_->counters();
+  EXPECT_EQ(c.TotalDrops(), 6u);
+  EXPECT_EQ(c.packets, 6u);
+  EXPECT_EQ(c.decode_errors[size_t(DecodeError::kTooShort)], 1u);
+  EXPECT_EQ(dp_->JobCounters(JobId(1)).TotalDrops(), 4u);  // the unknown-job and malformed ones are global
+  EXPECT_EQ(c.contributions, 0u);
+}
+
+TEST_F(DataPlaneTest, JobsAreIsolated) {
+  Register(1, 2, 0, 4);
+  Register(2, 2, 4, 4);
+  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+  Send(2, 0, 0, 0, 0, {100, 100, 100, 100});
+  Keep(Send(2, 1, 0, 0, 0, {100, 100, 100, 100}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{200, 200, 200, 200}));
+  EXPECT_EQ(OutHeader().job, 2u);
+  Keep(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 2, 2, 2}));
+}
+
+TEST_F(DataPlaneTest, EndedJobsPacketsAreDroppedAndReRegistrationResets) {
+  Register(1, 2);
+  Send(1, 0, 0, 0, 0, {9, 9, 9, 9});  // half-finished slot
+  ASSERT_TRUE(dp_->UnregisterJob(JobId(1)).ok());
+  EXPECT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).reason, DropReason::kUnknownJob);
+  // Job 5 reuses table entry 1 (5 % 4) and the same segment: it starts clean.
+  Register(5, 2);
+  EXPECT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).reason, DropReason::kUnknownJob);
+  Send(5, 0, 0, 0, 0, {1, 1, 1, 1});
+  Keep(Send(5, 1, 0, 0, 0, {1, 1, 1, 1}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 2, 2, 2}));
+}
+
+TEST_F(DataPlaneTest, RegistrationRejectsConflicts) {
+  Register(1, 2, 0, 8);
+  EXPECT_EQ(dp_->RegisterJob({JobId(2), 2, kK, 4, 4}).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(dp_->RegisterJob({JobId(5), 2, kK, 8, 4}).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(dp_->RegisterJob({JobId(2), 2, kK, 12, 8}).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(dp_->RegisterJob({JobId(2), 129, kK, 8, 4}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(dp_->RegisterJob({JobId(2), 2, 65, 8, 4}).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(dp_->RegisterJob({JobId(2), 2, kK, 8, 8}).ok());
+}
+
+TEST_F(DataPlaneTest, MoreThanSixtyFourWorkers) {
+  Register(1, 100);
+  for (uint16_t r = 0; r < 99; ++r) {
+    ASSERT_EQ(Send(1, r, 0, 0, 0, {r, 1, 0, 0}).action, Action::kDrop);
+  }
+  // A retransmission from rank 70 (second bitmap word) is recognized.
+  Keep(Send(1, 70, 0, 0, 0, {70, 1, 0, 0}));
+  EXPECT_EQ(OutHeader().type, MessageType::kPending);
+  EXPECT_EQ(OutValues().size(), 4u);  // ceil(100 / 32) bitmap words
+  EXPECT_EQ(OutValues()[3], 0b0111);  // ranks 96..98 seen, 99 missing
+  Keep(Send(1, 99, 0, 0, 0, {99, 1, 0, 0}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{4950, 100, 0, 0}));
+}
+
+TEST_F(DataPlaneTest, Int32SumsWrapWithoutUndefinedBehaviour) {
+  Register(1, 2);
+  Send(1, 0, 0, 0, 0, {0x7FFFFFFF, int32_t(0x80000000), -1, 0});
+  Keep(Send(1, 1, 0, 0, 0, {1, -1, -1, 0}));
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{int32_t(0x80000000), 0x7FFFFFFF, -2, 0}));
+}
+
+TEST(DataPlaneConfigTest, ValidationNamesTheBadValue) {
+  DataPlaneConfig c;
+  c.pool_slots = 0;
+  EXPECT_NE(c.Validate().message().find("pool_slots=0"), std::string::npos);
+  c = DataPlaneConfig{};
+  c.max_elements_per_packet = 9000;
+  EXPECT_NE(c.Validate().message().find("max_elements_per_packet=9000"), std::string::npos);
+  EXPECT_FALSE(DataPlane::Create(c).ok());
+}
+
+}  // namespace
+}  // namespace switchml

@@ -1,0 +1,128 @@
+#include "switchml/quantize.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+std::vector<int32_t> Quantize(const std::vector<float>& x, int e, int n) {
+  std::vector<uint8_t> be(4 * x.size());
+  QuantizeToBigEndian(x.data(), x.size(), MakeBlockScale(e, n), be.data());
+  std::vector<int32_t> q(x.size());
+  Int32FromBigEndian(be.data(), x.size(), q.data());
+  return q;
+}
+
+TEST(BlockExponent, IsSmallestPowerOfTwoAboveMax) {
+  for (int e = -100; e <= 127; e += 7) {
+    const float p = std::ldexp(1.0f, e);
+    std::vector<float> x = {0.25f * p, -p};  // max |x| == 2^e exactly
+    EXPECT_EQ(BlockExponent(x.data(), x.size()), e + 1);
+    x[1] = -std::nextafter(p, 0.0f);  // just below 2^e
+    EXPECT_EQ(BlockExponent(x.data(), x.size()), e);
+  }
+  const float biggest = std::numeric_limits<float>::max();
+  EXPECT_EQ(BlockExponent(&biggest, 1), kMaxExponent);
+}
+
+TEST(BlockExponent, ZerosAndDenormalsUseTheMinimum) {
+  const std::vector<float> zeros = {0.0f, -0.0f, 0.0f};
+  EXPECT_EQ(BlockExponent(zeros.data(), zeros.size()), kMinExponent);
+  EXPECT_EQ(BlockExponent(nullptr, 0), kMinExponent);
+  const std::vector<float> denormals = {std::numeric_limits<float>::denorm_min(), -1e-40f};
+  EXPECT_EQ(BlockExponent(denormals.data(), denormals.size()), kMinExponent);
+}
+
+TEST(BlockExponent, NanAndInfAreReported) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float bad : {inf, -inf, nan}) {
+    std::vector<float> x = {1.0f, bad, 2.0f};
+    EXPECT_EQ(BlockExponent(x.data(), x.size()), kNonFiniteExponent);
+  }
+  EXPECT_TRUE(IsValidExponent(kNonFiniteExponent));
+  EXPECT_FALSE(IsValidExponent(kMinExponent - 1));
+  EXPECT_FALSE(IsValidExponent(kMaxExponent + 1));
+}
+
+TEST(Quantize, ExtremeInputsOfAllWorkersCannotOverflowTheSum) {
+  for (int n : {1, 2, 3, 7, 64, 1000, 65534}) {
+    for (int e : {int(kMinExponent), -3, 0, 20, int(kMaxExponent)}) {
+      // The largest magnitude strictly below 2^e, on every worker.
+      const float top = std::nextafter(float(std::ldexp(1.0, e)), 0.0f);
+      if (!std::isfinite(top)) continue;
+      const std::vector<int32_t> q = Quantize({top, -top}, e, n);
+      const int64_t limit = (int64_t{1} << 31) - 1;
+      EXPECT_LE(int64_t(q[0]) * n, limit) << n << " " << e;
+      EXPECT_GE(int64_t(q[1]) * n, -limit) << n << " " << e;
+      EXPECT_GT(q[0], 0);
+    }
+  }
+}
+
+TEST(Quantize, RoundsHalfToEvenAndKeepsZeroes) {
+  // n = 2^30 makes Q = floor((2^31-1)/n) = 1, so with e = 0 the scale is 1.
+  const int n = 1 << 30;
+  const std::vector<int32_t> q = Quantize({0.5f, -0.5f, 0.75f, 0.25f, 0.0f, -0.0f}, 0, n);
+  EXPECT_EQ(q, (std::vector<int32_t>{0, 0, 1, 0, 0, 0}));  // half away from zero would give 1
+}
+
+TEST(Quantize, RoundTripIsWithinTheDocumentedBound) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int n : {1, 2, 8, 64}) {
+    for (int scale : {-130, -20, 0, 30, 120}) {
+      std::vector<std::vector<float>> xs(n, std::vector<float>(257));
+      int e_max = kMinExponent;
+      for (auto& x : xs) {
+        for (float& v : x) v = normal(rng) * std::ldexp(1.0f, scale);
+        e_max = std::max<int>(e_max, BlockExponent(x.data(), x.size()));
+      }
+      const BlockScale s = MakeBlockScale(e_max, n);
+      std::vector<uint32_t> sum(257, 0);
+      for (auto& x : xs) {
+        std::vector<uint8_t> be(4 * x.size());
+        QuantizeToBigEndian(x.data(), x.size(), s, be.data());
+        for (size_t i = 0; i < x.size(); ++i) sum[i] += LoadBe32(&be[4 * i]);
+      }
+      std::vector<uint8_t> sum_be(4 * sum.size());
+      for (size_t i = 0; i < sum.size(); ++i) StoreBe32(&sum_be[4 * i], sum[i]);
+      std::vector<float> out(sum.size());
+      DequantizeFromBigEndian(sum_be.data(), out.size(), s, out.data());
+      double worst_ratio = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        double exact = 0;
+        for (auto& x : xs) exact += x[i];
+        const double bound = QuantizationErrorBound(n, e_max, std::fabs(exact));
+        const double err = std::fabs(out[i] - exact);
+        EXPECT_LE(err, bound) << "n=" << n << " scale=" << scale << " i=" << i;
+        worst_ratio = std::max(worst_ratio, err / bound);
+      }
+      // The bound is not vacuous: errors come within a factor 50 of it.
+      if (scale > -130) {
+        EXPECT_GT(worst_ratio, 0.02) << n << " " << scale;
+      }
+    }
+  }
+}
+
+TEST(Quantize, Int32PassesThroughInNetworkOrder) {
+  const std::vector<int32_t> x = {0, 1, -1, 0x7FFFFFFF, int32_t(0x80000000), 0x01020304};
+  std::vector<uint8_t> be(4 * x.size());
+  Int32ToBigEndian(x.data(), x.size(), be.data());
+  EXPECT_EQ(be[20], 0x01);
+  EXPECT_EQ(be[23], 0x04);
+  std::vector<int32_t> back(x.size());
+  Int32FromBigEndian(be.data(), x.size(), back.data());
+  EXPECT_EQ(back, x);
+}
+
+}  // namespace
+}  // namespace switchml

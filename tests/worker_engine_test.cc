@@ -1,0 +1,189 @@
+#include "switchml/worker_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "switchml/data_plane.h"
+
+namespace switchml {
+namespace {
+
+using std::chrono::milliseconds;
+
+struct RecordingSink : PacketSink {
+  void Send(std::span<const uint8_t> p) override { sent.emplace_back(p.begin(), p.end()); }
+  std::vector<std::vector<uint8_t>> sent;
+};
+
+PacketHeader HeaderOf(const std::vector<uint8_t>& p) {
+  PacketView v;
+  EXPECT_EQ(DecodePacket(p, &v), DecodeError::kOk);
+  return v.header;
+}
+
+WorkerEngineConfig Config(uint16_t world, uint16_t rank, uint16_t slots) {
+  WorkerEngineConfig c;
+  c.job = JobId(3);
+  c.rank = Rank(rank);
+  c.world_size = world;
+  c.elements_per_packet = 32;
+  c.pool_slots = slots;
+  c.retransmit_timeout = milliseconds(1);
+  c.max_retransmit_timeout = milliseconds(8);
+  c.failure_timeout = milliseconds(100);
+  return c;
+}
+
+TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
+  WorkerEngineConfig c = Config(2, 2, 4);
+  EXPECT_NE(c.Validate().message().find("rank=2"), std::string::npos);
+  c = Config(2, 0, 4);
+  c.elements_per_packet = 16;
+  EXPECT_NE(c.Validate().message().find("elements_per_packet=16"), std::string::npos);
+  c = Config(2, 0, 4);
+  c.failure_timeout = milliseconds(1);
+  EXPECT_FALSE(c.Validate().ok());
+  EXPECT_FALSE(WorkerEngine::Create(c).ok());
+}
+
+TEST(WorkerEngine, SubmitRejectsBadArguments) {
+  WorkerEngine e(Config(1, 0, 4));
+  EXPECT_EQ(e.Submit(nullptr, nullptr, 5, DType::kInt32, {}).status().code(),
+            StatusCode::kInvalidArgument);
+  int32_t x = 0;
+  EXPECT_EQ(e.Submit(&x, &x, 1, DType(7), {}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(e.Submit(nullptr, nullptr, 0, DType::kInt32, {}).ok());
+}
+
+// The first window is the descriptor round: one packet per slot, never more
+// slots than chunks.
+TEST(WorkerEngine, FirstWindowIsOnePacketPerSlotBoundedByChunks) {
+  WorkerEngine e(Config(2, 1, 8));
+  RecordingSink sink;
+  std::vector<int32_t> x(3 * 32 + 1), y(x.size());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  EXPECT_EQ(e.NextDeadline(), Nanos(0));
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 4u);  // 4 chunks < 8 slots
+  for (uint16_t i = 0; i < 4; ++i) {
+    const PacketHeader h = HeaderOf(sink.sent[i]);
+    EXPECT_EQ(h.slot, i);
+    EXPECT_EQ(h.chunk, i);
+    EXPECT_EQ(h.rank, 1);
+    EXPECT_EQ(h.job, 3u);
+    EXPECT_EQ(h.version, 0);
+    EXPECT_EQ(h.element_count, 32);
+  }
+}
+
+// Regression (pitfall: first-window timers armed under the wrong packet):
+// losing the very first packet of a job must lead to its own retransmission,
+// byte for byte.
+TEST(WorkerEngine, LostFirstPacketIsRetransmittedUnchanged) {
+  WorkerEngine e(Config(2, 0, 2));
+  RecordingSink sink;
+  std::vector<float> x(64, 1.0f), y(64);
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kFloat32, {}).ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 2u);
+  const std::vector<uint8_t> first = sink.sent[0], second = sink.sent[1];
+  EXPECT_EQ(e.NextDeadline(), milliseconds(1));
+  e.OnTimer(milliseconds(1), sink);
+  ASSERT_EQ(sink.sent.size(), 4u);
+  EXPECT_EQ(sink.sent[2], first);
+  EXPECT_EQ(sink.sent[3], second);
+  EXPECT_EQ(e.counters().retransmissions, 2u);
+  // Per-slot back-off: the next retransmission waits twice as long.
+  e.OnTimer(milliseconds(2), sink);
+  EXPECT_EQ(sink.sent.size(), 4u);
+  e.OnTimer(milliseconds(3), sink);
+  EXPECT_EQ(sink.sent.size(), 6u);
+}
+
+// Drives one engine against a real data plane with a second, scripted rank.
+TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
+  DataPlaneConfig dc;
+  dc.pool_slots = 4;
+  dc.max_elements_per_packet = 32;
+  DataPlane dp(dc);
+  ASSERT_TRUE(dp.RegisterJob({JobId(3), 3, 32, 0, 4}).ok());
+  WorkerEngine e(Config(3, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(10, 1), y(10);
+  Status result;
+  bool called = false;
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
+                       [&](OpId, const Status& s) { result = s, called = true; })
+                  .ok());
+  // Rank 1 contributes, rank 2 never does; every packet of rank 0 reaches the switch.
+  std::vector<uint8_t> out(PacketBytes(32));
+  Nanos now(0);
+  e.OnTimer(now, sink);
+  ASSERT_EQ(sink.sent.size(), 1u);
+  std::vector<uint8_t> peer = sink.sent[0];
+  peer[13] = 1;  // same packet from rank 1
+  dp.Process(peer, out);
+  size_t delivered = 0;
+  while (!called) {
+    now = e.NextDeadline();
+    ASSERT_LT(now, milliseconds(200));
+    e.OnTimer(now, sink);
+    for (; delivered < sink.sent.size(); ++delivered) {
+      const Verdict v = dp.Process(sink.sent[delivered], out);
+      if (v.action == Action::kPendingToSender) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+      }
+    }
+  }
+  EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
+      << result.message();
+  EXPECT_EQ(now, milliseconds(100));  // exactly the configured bound
+  EXPECT_TRUE(e.broken());
+  EXPECT_EQ(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).status().code(),
+            StatusCode::kFailedPrecondition);
+}
+
+TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
+  WorkerEngine e(Config(2, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(10, 1), y(10);
+  Status result;
+  ASSERT_TRUE(
+      e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) { result = s; })
+          .ok());
+  int steps = 0;
+  while (e.NextDeadline() != Nanos::max() && ++steps < 1000) e.OnTimer(e.NextDeadline(), sink);
+  EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)
+      << result.message();
+}
+
+TEST(WorkerEngine, ForeignAndMalformedPacketsAreCountedAndIgnored) {
+  WorkerEngine e(Config(2, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(10, 1), y(10);
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  e.OnTimer(Nanos(0), sink);
+  std::vector<uint8_t> p = sink.sent[0];
+  p[3] = uint8_t(MessageType::kResult);
+  std::vector<uint8_t> other_job = p;
+  other_job[7] = 4;
+  e.OnPacket(other_job, Nanos(1), sink);
+  std::vector<uint8_t> other_rank = p;
+  other_rank[13] = 1;
+  e.OnPacket(other_rank, Nanos(1), sink);
+  e.OnPacket(std::span(p.data(), 10), Nanos(1), sink);
+  std::vector<uint8_t> wrong_round = p;
+  wrong_round[11] = 9;  // chunk id of a round this slot is not in
+  e.OnPacket(wrong_round, Nanos(1), sink);
+  EXPECT_EQ(e.counters().wrong_job_or_rank, 2u);
+  EXPECT_EQ(e.counters().malformed, 1u);
+  EXPECT_EQ(e.counters().duplicates, 1u);
+  EXPECT_EQ(e.counters().results_accepted, 0u);
+  EXPECT_EQ(sink.sent.size(), 1u);
+}
+
+}  // namespace
+}  // namespace switchml
