@@ -120,9 +120,12 @@ class DataPlane {
   // the sender's address first); counts as one packet.
   Verdict ProcessDecoded(const PacketView& packet, std::span<uint8_t> out);
 
-  // Counts a drop decided outside the data plane (e.g. kSourceMismatch by the
-  // transport), under the job if it is known.
-  void CountExternalDrop(uint32_t job, DropReason reason);
+  // Counts a packet that the transport dropped before Process (e.g.
+  // kSourceMismatch), as a packet and a drop, under the job if it is known.
+  void CountDroppedPacket(uint32_t job, DropReason reason);
+  // Counts a packet that failed DecodePacket (for transports that decode
+  // first and call ProcessDecoded).
+  void CountDecodeError(DecodeError error);
 
  private:
   struct JobEntry {

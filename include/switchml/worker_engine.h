@@ -54,7 +54,9 @@ struct WorkerEngineConfig {
   Rank rank;                         // this worker, 0..world_size-1
   uint16_t world_size = 1;           // workers in the job
   uint16_t elements_per_packet = 256;  // k, the same for every rank (min 32)
-  uint16_t pool_slots = 128;         // the job's pool segment; the window's upper bound
+  uint16_t pool_slots = 128;         // slots this engine uses; the window's upper bound
+  uint16_t slot_offset = 0;          // first of them in the job's pool segment (an engine
+                                     // per thread owns slots [offset, offset + pool_slots))
   Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // first retransmission
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
   Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
@@ -105,6 +107,10 @@ class WorkerEngine {
   void OnTimer(Nanos now, PacketSink& sink);
   // When OnTimer() next has work; Nanos::max() when idle.
   Nanos NextDeadline() const;
+
+  // Fails the running and queued operations with `status` and breaks the
+  // engine (e.g. the control plane reported that a rank left the job).
+  void Fail(Status status) { Break(std::move(status)); }
 
   bool idle() const;    // no operation running or queued
   bool broken() const { return !broken_reason_.empty(); }

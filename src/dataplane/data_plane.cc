@@ -154,17 +154,25 @@ Verdict DataPlane::Drop(JobEntry* job, DropReason reason) {
   return Verdict{Action::kDrop, reason, 0, 0, 0};
 }
 
-void DataPlane::CountExternalDrop(uint32_t job, DropReason reason) {
-  Drop(FindJob(job), reason);
+void DataPlane::CountDroppedPacket(uint32_t job, DropReason reason) {
+  ++counters_.packets;
+  JobEntry* entry = FindJob(job);
+  if (entry != nullptr) ++entry->counters.packets;
+  Drop(entry, reason);
+}
+
+void DataPlane::CountDecodeError(DecodeError error) {
+  ++counters_.packets;
+  ++counters_.decode_errors[size_t(error)];
+  Drop(nullptr, DropReason::kMalformed);
 }
 
 Verdict DataPlane::Process(std::span<const uint8_t> packet, std::span<uint8_t> out) {
   PacketView view;
   const DecodeError err = DecodePacket(packet, &view);
   if (err != DecodeError::kOk) {
-    ++counters_.packets;
-    ++counters_.decode_errors[size_t(err)];
-    return Drop(nullptr, DropReason::kMalformed);
+    CountDecodeError(err);
+    return Verdict{Action::kDrop, DropReason::kMalformed, 0, 0, 0};
   }
   return ProcessDecoded(view, out);
 }

@@ -62,6 +62,9 @@ Status WorkerEngineConfig::Validate() const {
                            std::to_string(kMaxElementsPerPacket) + " (64, 256 or 1024 are typical)");
   }
   if (pool_slots == 0) return InvalidArgument("pool_slots must be at least 1");
+  if (uint32_t(slot_offset) + pool_slots > 65536) {
+    return InvalidArgument("slot_offset + pool_slots exceeds 65536 slots");
+  }
   if (retransmit_timeout <= Nanos(0) || max_retransmit_timeout < retransmit_timeout) {
     return InvalidArgument(
         "retransmit_timeout must be positive and at most max_retransmit_timeout");
@@ -195,7 +198,7 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   h.job = config_.job.value();
   h.chunk = ChunkId(slot.round, index);
   h.rank = config_.rank.value();
-  h.slot = index;
+  h.slot = uint16_t(config_.slot_offset + index);
   h.element_count = uint16_t(k);
   h.version = slot.version;
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
@@ -226,12 +229,17 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     ++counters_.invalid;
     return;
   }
-  if (!running_ || h.slot >= queue_.front().window) {
+  if (h.slot < config_.slot_offset || h.slot - config_.slot_offset >= config_.pool_slots) {
+    ++counters_.invalid;  // another engine's slot
+    return;
+  }
+  const auto index = uint16_t(h.slot - config_.slot_offset);
+  if (!running_ || index >= queue_.front().window) {
     ++counters_.duplicates;  // late packets of a finished operation
     return;
   }
-  Slot& slot = slots_[h.slot];
-  if (!slot.outstanding || h.version != slot.version || h.chunk != ChunkId(slot.round, h.slot)) {
+  Slot& slot = slots_[index];
+  if (!slot.outstanding || h.version != slot.version || h.chunk != ChunkId(slot.round, index)) {
     ++counters_.duplicates;
     return;
   }
@@ -259,7 +267,7 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     ++counters_.invalid;
     return;
   }
-  AcceptResult(slot, h.slot, p, now, sink);
+  AcceptResult(slot, index, p, now, sink);
 }
 
 void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
@@ -330,6 +338,7 @@ void WorkerEngine::FinishOp(Status status) {
 }
 
 void WorkerEngine::Break(Status status) {
+  if (broken()) return;
   broken_reason_ = status.message();
   std::deque<Op> ops;
   ops.swap(queue_);

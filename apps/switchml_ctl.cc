@@ -1,0 +1,37 @@
+// switchml-ctl: operator commands for a running switch.
+//   switchml-ctl stats [--switch HOST:PORT] [--format table|prometheus]
+#include <grpcpp/grpcpp.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "switch/stats_format.h"
+#include "switchml/control.grpc.pb.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-ctl: inspect a running switchml switch"};
+  app.require_subcommand(1);
+  std::string address = "127.0.0.1:48800";
+  std::string format = "table";
+  CLI::App* stats = app.add_subcommand("stats", "print live counters, per job and in total");
+  stats->add_option("--switch", address, "control address of the switch, HOST:PORT");
+  stats->add_option("--format", format, "table or prometheus")
+      ->check(CLI::IsMember({"table", "prometheus"}));
+  CLI11_PARSE(app, argc, argv);
+
+  auto stub = switchml::control::v1::Control::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  switchml::control::v1::StatsReply reply;
+  const grpc::Status s = stub->Stats(&context, {}, &reply);
+  if (!s.ok()) {
+    std::fprintf(stderr, "cannot get stats from the switch at %s: %s\n", address.c_str(),
+                 s.error_message().c_str());
+    return 1;
+  }
+  const std::string text =
+      format == "prometheus" ? switchml::FormatPrometheus(reply) : switchml::FormatTable(reply);
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}

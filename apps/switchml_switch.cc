@@ -1,0 +1,62 @@
+// switchml-switch: the software switch daemon. UDP data plane plus gRPC
+// control plane; stops cleanly on SIGINT or SIGTERM.
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "switchml/switch_server.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-switch: in-network aggregation in software"};
+  switchml::SwitchConfig config;
+  std::string bind = "0.0.0.0";
+  std::string port_file;
+  std::string log_level = "info";
+  int max_elements = config.data_plane.max_elements_per_packet;
+  int max_workers = config.data_plane.max_workers;
+  int max_jobs = config.data_plane.max_jobs;
+  app.add_option("--bind", bind, "IPv4 address to listen on");
+  app.add_option("--control-port", config.control_port, "gRPC control port (0: pick a free one)");
+  app.add_option("--data-port", config.data_port, "UDP data port (0: pick a free one)");
+  app.add_option("--pool-slots", config.data_plane.pool_slots, "aggregation slots shared by all jobs")
+      ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--max-elements-per-packet", max_elements, "largest elements per packet a job may use")
+      ->check(CLI::Range(32, 8192));
+  app.add_option("--max-workers", max_workers, "largest world size of a job")->check(CLI::Range(1, 65534));
+  app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
+  app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  config.bind_address = bind;
+  config.data_plane.max_elements_per_packet = uint16_t(max_elements);
+  config.data_plane.max_workers = uint16_t(max_workers);
+  config.data_plane.max_jobs = uint16_t(max_jobs);
+
+  // Block the stop signals in every thread; the main thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = switchml::SwitchServer::Start(config);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 2;
+  }
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << server.value()->control_port() << " " << server.value()->data_port() << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());  // readers never see a half-written file
+  }
+  int signal = 0;
+  sigwait(&signals, &signal);
+  spdlog::info("received {}, shutting down", signal == SIGINT ? "SIGINT" : "SIGTERM");
+  server.value()->Stop();
+  return 0;
+}

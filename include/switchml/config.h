@@ -1,0 +1,45 @@
+// Configuration of a worker's Context: defaults and units in one place, and
+// one table (in config.cc) that drives TOML parsing, printing and
+// validation. Validation rejects bad values with a message naming them; it
+// never rewrites them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "switchml/status.h"
+
+namespace switchml {
+
+struct ContextConfig {
+  std::string switch_address = "127.0.0.1:48800";  // control plane, HOST[:PORT]
+  std::string job_name = "default";  // ranks with the same name form one job
+  std::string local_address;         // IPv4 to send from; empty: the route to the switch decides
+  uint32_t rank = 0;                 // 0..world_size-1
+  uint32_t world_size = 1;
+  uint32_t threads = 1;              // I/O threads, each with its own socket and slot range
+  uint32_t elements_per_packet = 1024;  // 32..8192; hardware switches use 64 or 256
+  uint32_t pool_slots = 128;         // switch slots for this job (the window)
+  uint32_t retransmit_timeout_us = 2000;       // first retransmission of a lost packet
+  uint32_t max_retransmit_timeout_us = 200000;  // back-off cap
+  uint32_t failure_timeout_ms = 10000;  // no progress for this long fails the job
+  uint32_t join_timeout_ms = 60000;     // wait this long for all ranks to join
+  uint32_t socket_buffer_bytes = 8u << 20;
+
+  Status Validate() const;
+
+  // Sets one field from text, e.g. Set("rank", "3"); errors name the field.
+  Status Set(const std::string& name, const std::string& value);
+  // Reads a TOML file (or text) of `name = value` lines over `defaults`.
+  // Unknown keys and values of the wrong type are errors.
+  static StatusOr<ContextConfig> FromTomlFile(const std::string& path,
+                                              const ContextConfig& defaults);
+  static StatusOr<ContextConfig> FromTomlString(const std::string& text,
+                                                const ContextConfig& defaults);
+  static StatusOr<ContextConfig> FromTomlFile(const std::string& path);
+  static StatusOr<ContextConfig> FromTomlString(const std::string& text);
+  // The whole configuration as TOML, with each field's documentation.
+  std::string ToToml() const;
+};
+
+}  // namespace switchml

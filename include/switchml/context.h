@@ -1,0 +1,96 @@
+// switchml's client library: a Context is one rank of one job on one switch.
+//
+//   auto ctx = switchml::Context::Start(config);       // joins the job (a barrier)
+//   if (!ctx.ok()) ...                                  // clear message, never a crash
+//   auto job = ctx.value()->AllReduceAsync(grad, grad, n, switchml::DType::kFloat32);
+//   ... overlap other work ...
+//   switchml::Status s = job->Wait();                   // sum of all ranks' inputs in grad
+//
+// Every rank must issue the same all-reduces in the same order, as with any
+// collective library. Operations run in submission order; several may be in
+// flight. A failure (a rank crashed, the switch went away, ranks disagree on
+// a length) fails the affected jobs with a message; after a failure other
+// than NaN/Inf input the Context cannot run more all-reduces: Stop it and
+// Start a new one (the switch has freed the job by then).
+//
+// Thread safety: AllReduceAsync, AllReduce and Stop may be called from any
+// thread. Several Contexts (even of the same job) may live in one process.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "switchml/config.h"
+#include "switchml/status.h"
+#include "switchml/types.h"
+
+namespace switchml {
+
+// The handle of one asynchronous all-reduce.
+class Job {
+ public:
+  // Blocks until the all-reduce finished; returns its status.
+  Status Wait();
+  // Waits at most `timeout`; true if the all-reduce finished.
+  bool WaitFor(std::chrono::milliseconds timeout);
+  bool done() const;
+  // REQUIRES: done().
+  Status status() const;
+
+  // For the library: records the end of one of `parts` pieces.
+  explicit Job(int parts) : remaining_(parts) {}
+  void PartDone(const Status& status);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int remaining_;
+  Status status_;
+};
+
+// Protocol counters summed over a Context's threads.
+struct ContextCounters {
+  uint64_t packets_sent = 0;
+  uint64_t retransmissions = 0;
+  uint64_t results_accepted = 0;
+  uint64_t duplicates = 0;
+  uint64_t invalid = 0;  // malformed, foreign or otherwise invalid packets received
+};
+
+class Context {
+ public:
+  // Validates `config`, joins the job at the switch (waiting for every rank
+  // up to join_timeout_ms) and starts the I/O threads.
+  static StatusOr<std::unique_ptr<Context>> Start(const ContextConfig& config);
+  ~Context();  // Stop()s
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Starts summing `count` elements of `in` across all ranks into `out` (the
+  // same buffer is fine). Both must stay valid until the job is done. Never
+  // blocks on the network; errors surface in the returned job.
+  std::shared_ptr<Job> AllReduceAsync(const void* in, void* out, size_t count, DType dtype);
+  Status AllReduce(const void* in, void* out, size_t count, DType dtype) {
+    return AllReduceAsync(in, out, count, dtype)->Wait();
+  }
+
+  // Leaves the job (the switch ends it for every rank) and stops the
+  // threads; unfinished jobs fail with ABORTED. Idempotent.
+  void Stop();
+
+  uint32_t rank() const;
+  uint32_t world_size() const;
+  const ContextConfig& config() const;
+  ContextCounters counters() const;
+
+  struct Impl;
+
+ private:
+  explicit Context(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace switchml

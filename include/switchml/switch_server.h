@@ -1,0 +1,57 @@
+// The software switch as a library: the data plane behind a UDP socket, and
+// the gRPC control plane that registers jobs. `switchml-switch` is a thin
+// main() around it; tests embed several in one process.
+//
+// Threads: one data thread owns the data plane and the jobs' address book
+// (nothing on its packet path locks); gRPC threads serve the control plane
+// and hand changes to the data thread as commands.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "switchml/data_plane.h"
+#include "switchml/status.h"
+
+namespace switchml {
+
+inline constexpr uint16_t kDefaultControlPort = 48800;
+inline constexpr uint16_t kDefaultDataPort = 48801;
+
+struct SwitchConfig {
+  std::string bind_address = "0.0.0.0";  // IPv4 address to listen on
+  uint16_t control_port = kDefaultControlPort;  // gRPC; 0 picks a free port
+  uint16_t data_port = kDefaultDataPort;        // UDP; 0 picks a free port
+  DataPlaneConfig data_plane;
+  int socket_buffer_bytes = 16 << 20;
+
+  Status Validate() const;
+};
+
+class SwitchServer {
+ public:
+  // Binds both ports and starts serving. Errors name the address or value.
+  static StatusOr<std::unique_ptr<SwitchServer>> Start(const SwitchConfig& config);
+  ~SwitchServer();  // Stop()s
+  SwitchServer(const SwitchServer&) = delete;
+  SwitchServer& operator=(const SwitchServer&) = delete;
+
+  // Ends every job (their workers see the control stream close), stops the
+  // gRPC server and the data thread. Idempotent; safe from any thread but a
+  // gRPC handler.
+  void Stop();
+
+  uint16_t control_port() const;
+  uint16_t data_port() const;
+  // The counters a `switchml-ctl stats` prints, in Prometheus text format.
+  std::string PrometheusText();
+
+  struct Impl;
+
+ private:
+  explicit SwitchServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace switchml

@@ -1,0 +1,191 @@
+#include "switchml/config.h"
+
+#include <toml++/toml.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace switchml {
+namespace {
+
+// The one table of configuration fields: name, documentation, member, range.
+struct Field {
+  const char* name;
+  const char* help;
+  std::string ContextConfig::*text = nullptr;
+  uint32_t ContextConfig::*number = nullptr;
+  uint32_t min = 0;
+  uint32_t max = UINT32_MAX;
+};
+
+constexpr uint32_t kMaxMs = 24 * 3600 * 1000;
+const Field kFields[] = {
+    {"switch_address", "control plane of the switch, HOST[:PORT]", &ContextConfig::switch_address},
+    {"job_name", "ranks that use the same name form one job", &ContextConfig::job_name},
+    {"local_address", "IPv4 address to send from (empty: the route to the switch decides)",
+     &ContextConfig::local_address},
+    {"rank", "this worker's rank, 0..world_size-1", nullptr, &ContextConfig::rank, 0, 65533},
+    {"world_size", "number of workers in the job", nullptr, &ContextConfig::world_size, 1, 65534},
+    {"threads", "I/O threads, each with its own socket and slice of the pool", nullptr,
+     &ContextConfig::threads, 1, 64},
+    {"elements_per_packet", "int32 values per packet (64 or 256 for hardware switches)", nullptr,
+     &ContextConfig::elements_per_packet, 32, 8192},
+    {"pool_slots", "switch slots for this job: the window of packets in flight", nullptr,
+     &ContextConfig::pool_slots, 1, 65535},
+    {"retransmit_timeout_us", "first retransmission timeout (microseconds)", nullptr,
+     &ContextConfig::retransmit_timeout_us, 10, kMaxMs},
+    {"max_retransmit_timeout_us", "retransmission back-off cap (microseconds)", nullptr,
+     &ContextConfig::max_retransmit_timeout_us, 10, kMaxMs},
+    {"failure_timeout_ms", "no progress for this long fails the job (milliseconds)", nullptr,
+     &ContextConfig::failure_timeout_ms, 1, kMaxMs},
+    {"join_timeout_ms", "how long to wait for every rank to join (milliseconds)", nullptr,
+     &ContextConfig::join_timeout_ms, 1, kMaxMs},
+    {"socket_buffer_bytes", "UDP socket send and receive buffer size", nullptr,
+     &ContextConfig::socket_buffer_bytes, 65536, 1u << 30},
+};
+
+// A TOML basic string.
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (uint8_t(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+const Field* FindField(const std::string& name) {
+  for (const Field& f : kFields) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+Status UnknownField(const std::string& name) {
+  std::string known;
+  for (const Field& f : kFields) known += std::string(known.empty() ? "" : ", ") + f.name;
+  return InvalidArgument("unknown configuration key '" + name + "'; known keys: " + known);
+}
+
+}  // namespace
+
+Status ContextConfig::Validate() const {
+  for (const Field& f : kFields) {
+    if (f.number == nullptr) continue;
+    const uint32_t v = this->*f.number;
+    if (v < f.min || v > f.max) {
+      return InvalidArgument(std::string(f.name) + "=" + std::to_string(v) + " is out of range " +
+                             std::to_string(f.min) + ".." + std::to_string(f.max) + " (" + f.help +
+                             ")");
+    }
+  }
+  if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
+  if (job_name.empty()) return InvalidArgument("job_name must not be empty");
+  if (rank >= world_size) {
+    return InvalidArgument("rank=" + std::to_string(rank) + " must be less than world_size=" +
+                           std::to_string(world_size));
+  }
+  if (threads > pool_slots) {
+    return InvalidArgument("threads=" + std::to_string(threads) + " exceeds pool_slots=" +
+                           std::to_string(pool_slots) + "; every thread needs a slot");
+  }
+  if (retransmit_timeout_us > max_retransmit_timeout_us) {
+    return InvalidArgument("retransmit_timeout_us=" + std::to_string(retransmit_timeout_us) +
+                           " exceeds max_retransmit_timeout_us=" +
+                           std::to_string(max_retransmit_timeout_us));
+  }
+  if (uint64_t(failure_timeout_ms) * 1000 <= max_retransmit_timeout_us) {
+    return InvalidArgument("failure_timeout_ms=" + std::to_string(failure_timeout_ms) +
+                           " must exceed max_retransmit_timeout_us=" +
+                           std::to_string(max_retransmit_timeout_us) + " (in milliseconds)");
+  }
+  return Status::Ok();
+}
+
+Status ContextConfig::Set(const std::string& name, const std::string& value) {
+  const Field* f = FindField(name);
+  if (f == nullptr) return UnknownField(name);
+  if (f->text != nullptr) {
+    this->*f->text = value;
+    return Status::Ok();
+  }
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || value[0] == '-' || v > UINT32_MAX) {
+    return InvalidArgument(name + "='" + value + "' is not a non-negative integer (" + f->help + ")");
+  }
+  this->*f->number = uint32_t(v);
+  return Status::Ok();
+}
+
+StatusOr<ContextConfig> ContextConfig::FromTomlString(const std::string& text,
+                                                      const ContextConfig& defaults) {
+  toml::table table;
+  try {
+    table = toml::parse(text);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream where;
+    where << e.source().begin;
+    return InvalidArgument(std::string("configuration is not valid TOML at ") + where.str() + ": " +
+                           std::string(e.description()));
+  }
+  ContextConfig config = defaults;
+  for (auto&& [key, node] : table) {
+    const std::string name(key.str());
+    const Field* f = FindField(name);
+    if (f == nullptr) return UnknownField(name);
+    if (f->text != nullptr) {
+      if (!node.is_string()) return InvalidArgument("'" + name + "' must be a string");
+      config.*f->text = *node.value<std::string>();
+    } else {
+      const std::optional<int64_t> v = node.value<int64_t>();
+      if (!node.is_integer() || !v || *v < 0 || *v > int64_t(UINT32_MAX)) {
+        return InvalidArgument("'" + name + "' must be a non-negative integer (" + f->help + ")");
+      }
+      config.*f->number = uint32_t(*v);
+    }
+  }
+  return config;
+}
+
+StatusOr<ContextConfig> ContextConfig::FromTomlFile(const std::string& path,
+                                                    const ContextConfig& defaults) {
+  std::ifstream in(path);
+  if (!in) return InvalidArgument("cannot read configuration file '" + path + "'");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto config = FromTomlString(text.str(), defaults);
+  if (!config.ok()) return InvalidArgument(path + ": " + config.status().message());
+  return config;
+}
+
+StatusOr<ContextConfig> ContextConfig::FromTomlFile(const std::string& path) {
+  return FromTomlFile(path, ContextConfig{});
+}
+
+StatusOr<ContextConfig> ContextConfig::FromTomlString(const std::string& text) {
+  return FromTomlString(text, ContextConfig{});
+}
+
+std::string ContextConfig::ToToml() const {
+  std::string out;
+  for (const Field& f : kFields) {
+    out += std::string("# ") + f.help + "\n" + f.name + " = ";
+    if (f.text != nullptr) {
+      out += Quoted(this->*f.text) + "\n";
+    } else {
+      out += std::to_string(this->*f.number) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace switchml

@@ -1,0 +1,243 @@
+#include "switchml/context.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <thread>
+
+#include "client/worker_thread.h"
+#include "net/address.h"
+#include "switchml/control.grpc.pb.h"
+#include "switchml/switch_server.h"
+#include "switchml/wire_format.h"
+
+namespace switchml {
+
+// ---- Job ----
+
+void Job::PartDone(const Status& status) {
+  std::lock_guard lock(mu_);
+  if (!status.ok() && status_.ok()) status_ = status;
+  if (--remaining_ == 0) cv_.notify_all();
+}
+
+Status Job::Wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return remaining_ <= 0; });
+  return status_;
+}
+
+bool Job::WaitFor(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return remaining_ <= 0; });
+}
+
+bool Job::done() const {
+  std::lock_guard lock(mu_);
+  return remaining_ <= 0;
+}
+
+Status Job::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+// ---- Context ----
+
+struct Context::Impl {
+  ContextConfig config;
+  std::string job;  // "job 'name' at switch host:port", for messages
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<control::v1::Control::Stub> stub;
+  grpc::ClientContext stream;
+  std::unique_ptr<grpc::ClientReader<control::v1::JobEvent>> reader;
+  std::thread control_thread;
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  std::atomic<bool> stopping{false};
+  std::once_flag stop_once;
+
+  void FailAll(const Status& s) {
+    for (auto& w : workers) w->Fail(s);
+  }
+  // Reads job events until the stream ends; turns them into failures.
+  void WatchControlStream() {
+    control::v1::JobEvent event;
+    while (reader->Read(&event)) {
+      if (!event.has_rank_lost()) continue;
+      const auto& lost = event.rank_lost();
+      FailAll(Status(StatusCode::kAborted,
+                     lost.rank() == ~0u ? job + " ended: " + lost.reason()
+                                        : "rank " + std::to_string(lost.rank()) + " left " + job +
+                                              ": " + lost.reason()));
+    }
+    const grpc::Status end = reader->Finish();
+    if (!stopping.load()) {
+      FailAll(Status(StatusCode::kAborted, "lost the control connection to the switch (" + job +
+                                               "): " + end.error_message() +
+                                               " (did the switch stop?)"));
+    }
+  }
+};
+
+namespace {
+
+// The local IPv4 address the kernel would use to reach `peer`.
+StatusOr<in_addr> LocalAddressToward(const sockaddr_in& peer) {
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  auto probe = net::UdpSocket::Bind(any, 65536);
+  if (!probe.ok()) return probe.status();
+  if (Status s = probe.value().Connect(peer); !s.ok()) return s;
+  return probe.value().LocalAddress().sin_addr;
+}
+
+Status JoinError(const grpc::Status& s, const std::string& job) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "cannot reach the switch's control plane for " + job + ": " + s.error_message() +
+                      " (is switchml-switch running there?)");
+  }
+  StatusCode code = StatusCode::kAborted;
+  switch (s.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
+    case grpc::StatusCode::ALREADY_EXISTS: code = StatusCode::kAlreadyExists; break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: code = StatusCode::kResourceExhausted; break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
+    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
+    default: break;
+  }
+  return Status(code, "joining " + job + " failed: " + s.error_message());
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
+  if (Status s = config.Validate(); !s.ok()) return s;
+  auto control = net::ParseAddress(config.switch_address, kDefaultControlPort);
+  if (!control.ok()) return control.status();
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->job = "job '" + config.job_name + "' at switch " + net::FormatAddress(control.value());
+
+  // One socket per thread, on the address that faces the switch.
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  if (!config.local_address.empty()) {
+    auto parsed = net::ParseAddress(config.local_address, 0);
+    if (!parsed.ok()) return parsed.status();
+    local = parsed.value();
+  } else {
+    auto toward = LocalAddressToward(control.value());
+    if (!toward.ok()) return toward.status();
+    local.sin_addr = toward.value();
+  }
+  local.sin_port = 0;
+  std::vector<net::UdpSocket> sockets;
+  control::v1::JoinRequest request;
+  for (uint32_t t = 0; t < config.threads; ++t) {
+    auto socket = net::UdpSocket::Bind(local, int(config.socket_buffer_bytes));
+    if (!socket.ok()) return socket.status();
+    request.add_data_addresses(net::FormatAddress(socket.value().LocalAddress()));
+    sockets.push_back(std::move(socket).value());
+  }
+  request.set_protocol_version(kWireVersion);
+  request.set_job_name(config.job_name);
+  request.set_rank(config.rank);
+  request.set_world_size(config.world_size);
+  request.set_elements_per_packet(config.elements_per_packet);
+  request.set_pool_slots(config.pool_slots);
+  request.set_join_timeout_ms(config.join_timeout_ms);
+
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  impl->channel = grpc::CreateCustomChannel(net::FormatAddress(control.value()),
+                                            grpc::InsecureChannelCredentials(), args);
+  impl->stub = control::v1::Control::NewStub(impl->channel);
+  impl->reader = impl->stub->Join(&impl->stream, request);
+  control::v1::JobEvent first;
+  if (!impl->reader->Read(&first)) return JoinError(impl->reader->Finish(), impl->job);
+  if (!first.has_assignment()) {
+    impl->stream.TryCancel();
+    impl->reader->Finish();
+    return Status(StatusCode::kInternal, "the switch sent no assignment for " + impl->job);
+  }
+  const auto& a = first.assignment();
+  sockaddr_in data = control.value();
+  data.sin_port = htons(uint16_t(a.data_port()));
+
+  // Thread t owns the slots [t*S/T, (t+1)*S/T) of the job's S slots.
+  const uint32_t slots = a.pool_slots(), threads = config.threads;
+  for (uint32_t t = 0; t < threads; ++t) {
+    WorkerEngineConfig e;
+    e.job = JobId(a.job_id());
+    e.rank = Rank(uint16_t(config.rank));
+    e.world_size = uint16_t(a.world_size());
+    e.elements_per_packet = uint16_t(a.elements_per_packet());
+    e.slot_offset = uint16_t(t * slots / threads);
+    e.pool_slots = uint16_t((t + 1) * slots / threads - t * slots / threads);
+    e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
+    e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
+    e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
+    if (Status s = e.Validate(); !s.ok()) {
+      impl->stream.TryCancel();
+      impl->reader->Finish();
+      return s;
+    }
+    impl->workers.push_back(std::make_unique<WorkerThread>(e, std::move(sockets[t])));
+  }
+  std::unique_ptr<Context> context(new Context(std::move(impl)));
+  for (auto& w : context->impl_->workers) {
+    if (Status s = w->Start(data); !s.ok()) return s;  // ~Context stops what started
+  }
+  Impl* raw = context->impl_.get();
+  context->impl_->control_thread = std::thread([raw] { raw->WatchControlStream(); });
+  return context;
+}
+
+Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Context::~Context() { Stop(); }
+
+void Context::Stop() {
+  std::call_once(impl_->stop_once, [this] {
+    impl_->stopping.store(true);
+    for (auto& w : impl_->workers) w->Stop();
+    impl_->stream.TryCancel();
+    if (impl_->control_thread.joinable()) {
+      impl_->control_thread.join();
+    } else if (impl_->reader) {
+      impl_->reader->Finish();
+    }
+  });
+}
+
+std::shared_ptr<Job> Context::AllReduceAsync(const void* in, void* out, size_t count, DType dtype) {
+  auto& workers = impl_->workers;
+  auto job = std::make_shared<Job>(int(workers.size()));
+  // Split the tensor into one contiguous slice of whole chunks per thread;
+  // every rank splits identically, so slice t meets slice t of every rank.
+  const size_t k = impl_->config.elements_per_packet;
+  const size_t chunks = (count + k - 1) / k;
+  const auto* src = static_cast<const uint8_t*>(in);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (size_t t = 0; t < workers.size(); ++t) {
+    const size_t begin = std::min(count, t * chunks / workers.size() * k);
+    const size_t end = std::min(count, (t + 1) * chunks / workers.size() * k);
+    workers[t]->Submit(src ? src + 4 * begin : nullptr, dst ? dst + 4 * begin : nullptr,
+                       end - begin, dtype, job);
+  }
+  return job;
+}
+
+uint32_t Context::rank() const { return impl_->config.rank; }
+uint32_t Context::world_size() const { return impl_->config.world_size; }
+const ContextConfig& Context::config() const { return impl_->config; }
+
+ContextCounters Context::counters() const {
+  ContextCounters total;
+  for (const auto& w : impl_->workers) w->AddCounters(total);
+  return total;
+}
+
+}  // namespace switchml

@@ -1,0 +1,153 @@
+#include "client/worker_thread.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+constexpr size_t kBatch = 64;
+
+Nanos Now() {
+  return std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now().time_since_epoch());
+}
+
+}  // namespace
+
+// Batches the engine's packets for one sendmmsg on the connected socket.
+class WorkerThread::BatchSink : public PacketSink {
+ public:
+  BatchSink(int fd, size_t packet_bytes) : fd_(fd), batch_(kBatch, packet_bytes) {}
+  void Send(std::span<const uint8_t> packet) override { batch_.Add(fd_, packet, nullptr); }
+  void Flush() { batch_.Flush(fd_); }
+
+ private:
+  int fd_;
+  net::SendBatch batch_;
+};
+
+WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket)
+    : engine_(engine),
+      socket_(std::move(socket)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+WorkerThread::~WorkerThread() {
+  Stop();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+Status WorkerThread::Start(const sockaddr_in& switch_data) {
+  if (Status s = socket_.Connect(switch_data); !s.ok()) return s;
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void WorkerThread::Wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+}
+
+void WorkerThread::Stop() {
+  if (thread_.joinable()) {
+    Fail(Status(StatusCode::kAborted, "the switchml context was stopped"));
+    stop_.store(true);
+    Wake();
+    thread_.join();
+  }
+  // Anything submitted after the thread ended.
+  std::lock_guard lock(mu_);
+  for (Request& r : requests_) {
+    r.job->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
+  }
+  requests_.clear();
+}
+
+void WorkerThread::Submit(const void* in, void* out, size_t count, DType dtype,
+                          std::shared_ptr<Job> job) {
+  {
+    std::lock_guard lock(mu_);
+    requests_.push_back({in, out, count, dtype, std::move(job)});
+  }
+  Wake();
+}
+
+void WorkerThread::Fail(const Status& status) {
+  {
+    std::lock_guard lock(mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  Wake();
+}
+
+void WorkerThread::DrainMailbox() {
+  std::vector<Request> requests;
+  Status failure;
+  {
+    std::lock_guard lock(mu_);
+    requests.swap(requests_);
+    failure = failure_;
+  }
+  if (!failure.ok()) engine_.Fail(failure);
+  for (Request& r : requests) {
+    if (!failure.ok()) {
+      r.job->PartDone(failure);
+      continue;
+    }
+    std::shared_ptr<Job> job = r.job;
+    auto id = engine_.Submit(r.in, r.out, r.count, r.dtype,
+                             [job](OpId, const Status& s) { job->PartDone(s); });
+    if (!id.ok()) job->PartDone(id.status());
+  }
+}
+
+void WorkerThread::Run() {
+  BatchSink sink(socket_.fd(), PacketBytes(engine_.config().elements_per_packet));
+  // One extra byte tells a datagram that is too long from one that fits.
+  net::RecvBatch recv(kBatch, PacketBytes(engine_.config().elements_per_packet) + 1);
+  pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (!stop_.load(std::memory_order_relaxed)) {
+    DrainMailbox();
+    Nanos now = Now();
+    engine_.OnTimer(now, sink);
+    sink.Flush();
+    const Nanos deadline = engine_.NextDeadline();
+    const Nanos wait = deadline == Nanos::max() ? std::chrono::seconds(1)
+                                                : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
+    const timespec ts{time_t(wait.count() / 1000000000), long(wait.count() % 1000000000)};
+    ppoll(fds, 2, &ts, nullptr);
+    if (fds[1].revents & POLLIN) {
+      uint64_t value;
+      [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));
+    }
+    for (int round = 0; round < 16; ++round) {
+      const int n = recv.Receive(socket_.fd());
+      if (n == 0) break;
+      now = Now();
+      for (int i = 0; i < n; ++i) engine_.OnPacket(recv.packet(i), now, sink);
+      sink.Flush();
+    }
+    const WorkerEngineCounters& c = engine_.counters();
+    packets_sent_.store(c.packets_sent, std::memory_order_relaxed);
+    retransmissions_.store(c.retransmissions, std::memory_order_relaxed);
+    results_accepted_.store(c.results_accepted, std::memory_order_relaxed);
+    duplicates_.store(c.duplicates, std::memory_order_relaxed);
+    invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid, std::memory_order_relaxed);
+  }
+  // Fail whatever is left (Stop() queued the failure before stopping us).
+  DrainMailbox();
+}
+
+void WorkerThread::AddCounters(ContextCounters& total) const {
+  total.packets_sent += packets_sent_.load(std::memory_order_relaxed);
+  total.retransmissions += retransmissions_.load(std::memory_order_relaxed);
+  total.results_accepted += results_accepted_.load(std::memory_order_relaxed);
+  total.duplicates += duplicates_.load(std::memory_order_relaxed);
+  total.invalid += invalid_.load(std::memory_order_relaxed);
+}
+
+}  // namespace switchml

@@ -1,0 +1,63 @@
+// One I/O thread of a Context: it owns a WorkerEngine (for a range of the
+// job's slots), a UDP socket connected to the switch, and send/receive
+// batches. Other threads talk to it only through its mailbox.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "net/udp_socket.h"
+#include "switchml/context.h"
+#include "switchml/worker_engine.h"
+
+namespace switchml {
+
+class WorkerThread {
+ public:
+  // `socket` is bound; Start() connects it to `switch_data`.
+  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket);
+  ~WorkerThread();  // Stop()s
+  WorkerThread(const WorkerThread&) = delete;
+  WorkerThread& operator=(const WorkerThread&) = delete;
+
+  Status Start(const sockaddr_in& switch_data);
+  // Fails every unfinished operation with ABORTED and joins the thread.
+  void Stop();
+
+  // Queues an all-reduce of this thread's slice; `job` hears of its end.
+  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<Job> job);
+  // Fails the running and queued operations and every later one.
+  void Fail(const Status& status);
+
+  void AddCounters(ContextCounters& total) const;
+
+ private:
+  struct Request {
+    const void* in;
+    void* out;
+    size_t count;
+    DType dtype;
+    std::shared_ptr<Job> job;
+  };
+  class BatchSink;
+  void Run();
+  void Wake();
+  void DrainMailbox();
+
+  WorkerEngine engine_;
+  net::UdpSocket socket_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex mu_;  // guards the mailbox
+  std::vector<Request> requests_;
+  Status failure_;  // set by Fail(); applies to everything after
+
+  std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, results_accepted_{0},
+      duplicates_{0}, invalid_{0};
+};
+
+}  // namespace switchml

@@ -1,0 +1,23 @@
+// IPv4 socket addresses: parsing "host:port" and printing.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+
+#include "switchml/status.h"
+
+namespace switchml::net {
+
+// Parses "host", "host:port" (host a name or dotted quad); a missing port
+// becomes `default_port`. Resolves names with getaddrinfo (setup path only).
+StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_port);
+
+std::string FormatAddress(const sockaddr_in& a);  // "1.2.3.4:5"
+
+inline bool SameAddress(const sockaddr_in& a, const sockaddr_in& b) {
+  return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;
+}
+
+}  // namespace switchml::net

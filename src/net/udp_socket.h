@@ -1,0 +1,92 @@
+// A non-blocking UDP socket with batched receive and send (recvmmsg and
+// sendmmsg), the kernel UDP transport of both the switch and the workers.
+//
+// Batches allocate all their buffers at construction; Receive() and Flush()
+// never allocate. Thread safety: none; one thread owns a socket and its batches.
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "switchml/status.h"
+
+namespace switchml::net {
+
+class UdpSocket {
+ public:
+  // Binds to `local` (port 0: the kernel picks one) with send and receive
+  // buffers of about `buffer_bytes` (SO_*BUFFORCE when running as root).
+  static StatusOr<UdpSocket> Bind(const sockaddr_in& local, int buffer_bytes);
+  UdpSocket() = default;
+  UdpSocket(UdpSocket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  UdpSocket& operator=(UdpSocket&& other) noexcept;
+  UdpSocket(const UdpSocket&) = delete;
+  UdpSocket& operator=(const UdpSocket&) = delete;
+  ~UdpSocket();
+
+  int fd() const { return fd_; }
+  sockaddr_in LocalAddress() const;
+  // Restricts the socket to one peer (the switch): only its datagrams are
+  // received, and sends need no address.
+  Status Connect(const sockaddr_in& peer);
+
+ private:
+  explicit UdpSocket(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
+
+// Receives up to `max_packets` datagrams of up to `max_bytes` each per call.
+class RecvBatch {
+ public:
+  RecvBatch(size_t max_packets, size_t max_bytes);
+  // Returns the number of datagrams received (0 when none is waiting).
+  int Receive(int fd);
+  std::span<const uint8_t> packet(int i) const {
+    return {&buffers_[size_t(i) * max_bytes_], size_t(headers_[i].msg_len)};
+  }
+  const sockaddr_in& source(int i) const { return sources_[i]; }
+  // True if datagram i was longer than max_bytes (then it is cut short).
+  bool truncated(int i) const { return headers_[i].msg_hdr.msg_flags & MSG_TRUNC; }
+
+ private:
+  size_t max_bytes_;
+  std::vector<uint8_t> buffers_;
+  std::vector<sockaddr_in> sources_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> headers_;
+};
+
+// Collects datagrams and sends them with one sendmmsg per Flush().
+class SendBatch {
+ public:
+  // `max_bytes` sizes the copies Add() makes; 0 for a batch used only with
+  // AddRef().
+  SendBatch(size_t max_packets, size_t max_bytes);
+  // Copies `bytes`; `dest` may be null on a connected socket. Flushes first
+  // when the batch is full.
+  void Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
+  // Queues `bytes` without copying: they must stay valid until Flush().
+  void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest);
+  // Sends everything queued. When the socket buffer is full it waits up to
+  // ~1 ms for room, then drops the rest (the protocol retransmits).
+  void Flush(int fd);
+  size_t pending() const { return count_; }
+  uint64_t sent() const { return sent_; }
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  size_t max_bytes_;
+  size_t count_ = 0;
+  std::vector<uint8_t> buffers_;
+  std::vector<sockaddr_in> dests_;
+  std::vector<iovec> iov_;
+  std::vector<mmsghdr> headers_;
+  uint64_t sent_ = 0;
+  uint64_t dropped_ = 0;
+};
+
+}  // namespace switchml::net

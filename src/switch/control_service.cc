@@ -1,0 +1,269 @@
+#include "switch/control_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "net/address.h"
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+using control::v1::JobEvent;
+using namespace std::chrono_literals;
+
+constexpr auto kDefaultJoinTimeout = 60s;
+
+grpc::Status ToGrpc(const Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (s.code()) {
+    case StatusCode::kOk: return grpc::Status::OK;
+    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
+    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
+    default: code = grpc::StatusCode::INTERNAL; break;
+  }
+  return grpc::Status(code, s.message());
+}
+
+void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
+  out->set_packets(c.packets);
+  out->set_contributions(c.contributions);
+  out->set_slots_completed(c.slots_completed);
+  out->set_results_resent(c.results_resent);
+  out->set_pending_replies(c.pending_replies);
+  for (int r = 1; r < kNumDropReasons; ++r) {
+    if (c.drops[r] != 0) (*out->mutable_drops())[DropReasonName(DropReason(r))] = c.drops[r];
+  }
+}
+
+}  // namespace
+
+ControlService::ControlService(DataThread* data, uint16_t data_port)
+    : data_(data), data_port_(data_port) {}
+
+grpc::Status ControlService::Join(grpc::ServerContext* context,
+                                  const control::v1::JoinRequest* req,
+                                  grpc::ServerWriter<JobEvent>* writer) {
+  const std::string& name = req->job_name();
+  if (req->protocol_version() != kWireVersion) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the worker speaks wire version " + std::to_string(req->protocol_version()) +
+                            ", this switch " + std::to_string(kWireVersion) +
+                            "; run the same switchml release on workers and switch");
+  }
+  if (req->data_addresses_size() == 0 || req->data_addresses_size() > 1024) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a worker needs 1..1024 data addresses (one per thread)");
+  }
+  const auto threads = uint16_t(req->data_addresses_size());
+  if (threads > req->pool_slots()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "rank " + std::to_string(req->rank()) + " has " + std::to_string(threads) +
+                            " threads but asks for only " + std::to_string(req->pool_slots()) +
+                            " pool slots; every thread needs at least one slot");
+  }
+  std::vector<sockaddr_in> addresses;
+  for (const std::string& a : req->data_addresses()) {
+    auto parsed = net::ParseAddress(a, 0);
+    if (!parsed.ok()) return ToGrpc(parsed.status());
+    if (parsed.value().sin_port == 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "data address '" + a + "' has no port");
+    }
+    addresses.push_back(parsed.value());
+  }
+  if (req->world_size() > 65534 || req->rank() >= req->world_size() ||
+      req->elements_per_packet() > 65535 || req->pool_slots() > 65535) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "rank=" + std::to_string(req->rank()) + ", world_size=" +
+                            std::to_string(req->world_size()) + ", elements_per_packet=" +
+                            std::to_string(req->elements_per_packet()) + " or pool_slots=" +
+                            std::to_string(req->pool_slots()) + " is out of range");
+  }
+  const auto rank = uint16_t(req->rank());
+
+  std::unique_lock lock(mu_);
+  std::shared_ptr<Job>& entry = jobs_[name];
+  const bool created = entry == nullptr;
+  if (created) {
+    entry = std::make_shared<Job>();
+    entry->name = name;
+    entry->world_size = uint16_t(req->world_size());
+    entry->threads = threads;
+    entry->addresses.resize(entry->world_size);
+    entry->events.resize(entry->world_size);
+  }
+  const std::shared_ptr<Job> job = entry;
+  auto forget_if_new = [&] {
+    if (created) jobs_.erase(name);
+  };
+  if (job->threads != threads) {
+    forget_if_new();
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "job '" + name + "': rank " + std::to_string(rank) + " uses " +
+                            std::to_string(threads) + " threads, the job's other ranks " +
+                            std::to_string(job->threads) + "; every rank must use the same number");
+  }
+  Status joined;
+  std::optional<JobAssignment> assignment;
+  data_->Execute([&] {
+    joined = data_->registry().Join({name, rank, uint16_t(req->world_size()),
+                                     uint16_t(req->elements_per_packet()),
+                                     uint16_t(req->pool_slots())});
+    if (joined.ok()) assignment = data_->registry().Assignment(name);
+  });
+  if (!joined.ok()) {
+    forget_if_new();
+    spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, joined.message());
+    return ToGrpc(joined);
+  }
+  job->addresses[rank] = addresses;
+  spdlog::info("job '{}': rank {} joined from {}", name, rank, req->data_addresses(0));
+  if (assignment) {
+    std::vector<sockaddr_in> book;
+    for (const auto& per_rank : job->addresses) book.insert(book.end(), per_rank.begin(), per_rank.end());
+    data_->Execute([&] {
+      data_->InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
+                              job->threads, std::move(book));
+    });
+    job->assignment = assignment;
+    spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet", name,
+                 assignment->id.value(), assignment->world_size, assignment->pool_slots,
+                 assignment->elements_per_packet);
+    changed_.notify_all();
+  }
+
+  // The barrier: wait for every rank, the job's end, or this caller leaving.
+  const auto timeout = req->join_timeout_ms() ? std::chrono::milliseconds(req->join_timeout_ms())
+                                              : std::chrono::milliseconds(kDefaultJoinTimeout);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!job->assignment && !job->ended) {
+    if (context->IsCancelled()) {
+      EndLocked(job, rank, "rank " + std::to_string(rank) + " left before all ranks joined");
+      return grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::vector<uint16_t> missing;
+      data_->Execute([&] { missing = data_->registry().MissingRanks(name); });
+      std::string list;
+      for (size_t i = 0; i < missing.size() && i < 16; ++i) {
+        list += (i ? ", " : "") + std::to_string(missing[i]);
+      }
+      const std::string reason =
+          "job '" + name + "': only " + std::to_string(job->world_size - missing.size()) + " of " +
+          std::to_string(job->world_size) + " ranks joined within " +
+          std::to_string(timeout.count()) + " ms; missing rank(s) " + list;
+      EndLocked(job, -1, reason);
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, reason);
+    }
+    changed_.wait_for(lock, 50ms);
+  }
+  if (!job->assignment) return grpc::Status(grpc::StatusCode::ABORTED, job->end_reason);
+
+  JobEvent first;
+  auto* a = first.mutable_assignment();
+  a->set_job_id(job->assignment->id.value());
+  a->set_world_size(job->assignment->world_size);
+  a->set_elements_per_packet(job->assignment->elements_per_packet);
+  a->set_pool_slots(job->assignment->pool_slots);
+  a->set_data_port(data_port_);
+  std::deque<JobEvent> outgoing{first};
+  // Stream events until the job ends or this worker goes away.
+  const std::string gone = "rank " + std::to_string(rank) +
+                           " disconnected (its process exited or lost its control connection)";
+  while (true) {
+    while (!outgoing.empty()) {
+      lock.unlock();
+      const bool written = writer->Write(outgoing.front());
+      lock.lock();
+      outgoing.pop_front();
+      if (!written) {
+        EndLocked(job, rank, gone);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "worker left");
+      }
+    }
+    outgoing.swap(job->events[rank]);
+    if (!outgoing.empty()) continue;
+    if (job->ended) return grpc::Status::OK;
+    if (context->IsCancelled()) {
+      EndLocked(job, rank, gone);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "worker left");
+    }
+    changed_.wait_for(lock, 50ms);
+  }
+}
+
+void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
+                               const std::string& reason) {
+  if (job->ended) return;
+  job->ended = true;
+  job->end_reason = reason;
+  data_->Execute([&] {
+    if (job->assignment) data_->RemoveAddresses(job->assignment->id);
+    (void)data_->registry().End(job->name);
+  });
+  for (size_t r = 0; r < job->events.size(); ++r) {
+    if (int(r) == lost_rank) continue;
+    JobEvent e;
+    e.mutable_rank_lost()->set_rank(lost_rank >= 0 ? uint32_t(lost_rank) : ~0u);
+    e.mutable_rank_lost()->set_reason(reason);
+    job->events[r].push_back(std::move(e));
+  }
+  if (auto it = jobs_.find(job->name); it != jobs_.end() && it->second == job) jobs_.erase(it);
+  spdlog::info("job '{}' ended: {}", job->name, reason);
+  changed_.notify_all();
+}
+
+void ControlService::EndAll(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<Job>> all;
+  for (auto& [name, job] : jobs_) all.push_back(job);
+  for (auto& job : all) EndLocked(job, -1, reason);
+}
+
+control::v1::StatsReply ControlService::CollectStats() {
+  control::v1::StatsReply reply;
+  std::lock_guard lock(mu_);
+  data_->Execute([&] {
+    const DataPlane& dp = data_->data_plane();
+    FillCounters(dp.counters(), reply.mutable_total());
+    for (int e = 1; e < kNumDecodeErrors; ++e) {
+      if (uint64_t n = dp.counters().decode_errors[e]) {
+        (*reply.mutable_decode_errors())[DecodeErrorName(DecodeError(e))] = n;
+      }
+    }
+    reply.set_packets_sent(data_->packets_sent());
+    reply.set_send_errors(data_->send_errors());
+    reply.set_pool_slots(dp.config().pool_slots);
+    reply.set_free_slots(data_->registry().free_slots());
+    for (const auto& [name, job] : jobs_) {
+      auto* j = reply.add_jobs();
+      j->set_job_name(name);
+      j->set_world_size(job->world_size);
+      uint32_t joined = 0;
+      for (const auto& a : job->addresses) joined += a.empty() ? 0 : 1;
+      j->set_joined(joined);
+      j->set_active(job->assignment.has_value());
+      if (job->assignment) {
+        j->set_job_id(job->assignment->id.value());
+        j->set_pool_slots(job->assignment->pool_slots);
+        FillCounters(dp.JobCounters(job->assignment->id), j->mutable_counters());
+      }
+    }
+  });
+  return reply;
+}
+
+grpc::Status ControlService::Stats(grpc::ServerContext*, const control::v1::StatsRequest*,
+                                   control::v1::StatsReply* reply) {
+  *reply = CollectStats();
+  return grpc::Status::OK;
+}
+
+}  // namespace switchml

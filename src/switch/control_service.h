@@ -1,0 +1,53 @@
+// The gRPC control service of the software switch (proto/switchml/control.proto).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "switch/data_thread.h"
+#include "switchml/control.grpc.pb.h"
+
+namespace switchml {
+
+class ControlService final : public control::v1::Control::Service {
+ public:
+  ControlService(DataThread* data, uint16_t data_port);
+
+  grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
+                    grpc::ServerWriter<control::v1::JobEvent>* writer) override;
+  grpc::Status Stats(grpc::ServerContext* context, const control::v1::StatsRequest* request,
+                     control::v1::StatsReply* reply) override;
+
+  // Ends every job and wakes every Join stream (for shutdown).
+  void EndAll(const std::string& reason);
+  control::v1::StatsReply CollectStats();
+
+ private:
+  // One job name's registration, shared by its ranks' Join handlers.
+  struct Job {
+    std::string name;
+    uint16_t world_size = 0;
+    uint16_t threads = 0;
+    std::vector<std::vector<sockaddr_in>> addresses;  // per rank, per thread
+    std::optional<JobAssignment> assignment;
+    bool ended = false;
+    std::string end_reason;
+    std::vector<std::deque<control::v1::JobEvent>> events;  // per rank
+  };
+
+  // Ends `job` (under mu_): frees it in the data plane, tells the other ranks.
+  void EndLocked(const std::shared_ptr<Job>& job, int lost_rank, const std::string& reason);
+
+  DataThread* data_;
+  uint16_t data_port_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
+};
+
+}  // namespace switchml

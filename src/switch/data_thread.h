@@ -1,0 +1,78 @@
+// The switch's data thread: receives datagrams, checks each sender against
+// the job's registered addresses, runs the data plane, and sends results.
+//
+// It owns the DataPlane, the JobRegistry and the address book. Other threads
+// touch them only through Execute(), which runs a function on the data thread
+// between packet batches, so the packet path takes no lock.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "net/udp_socket.h"
+#include "switchml/data_plane.h"
+#include "switchml/job_registry.h"
+
+namespace switchml {
+
+class DataThread {
+ public:
+  DataThread(const DataPlaneConfig& config, net::UdpSocket socket);
+  ~DataThread();  // Stop()s
+  DataThread(const DataThread&) = delete;
+  DataThread& operator=(const DataThread&) = delete;
+
+  void Start();
+  void Stop();
+
+  // Runs `fn` on the data thread (or inline once stopped) and waits for it.
+  void Execute(const std::function<void()>& fn);
+
+  // Data-thread only (call inside Execute).
+  DataPlane& data_plane() { return data_plane_; }
+  JobRegistry& registry() { return registry_; }
+  // Binds job `id` to its workers' addresses: addresses[rank * threads + t]
+  // is rank's socket for thread t, which owns slots [t*S/T, (t+1)*S/T).
+  void InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
+                        std::vector<sockaddr_in> addresses);
+  void RemoveAddresses(JobId id);
+  uint64_t packets_sent() const { return send_.sent(); }
+  uint64_t send_errors() const { return send_.dropped(); }
+
+ private:
+  struct Book {
+    bool active = false;
+    uint32_t id = 0;
+    uint16_t world_size = 0;
+    uint16_t threads = 1;
+    std::vector<uint16_t> thread_of_slot;
+    std::vector<sockaddr_in> addresses;
+  };
+  void Run();
+  void RunCommands();
+  void Handle(std::span<const uint8_t> packet, const sockaddr_in& source);
+
+  DataPlane data_plane_;
+  JobRegistry registry_;
+  net::UdpSocket socket_;
+  net::RecvBatch recv_;
+  net::SendBatch send_;
+  std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch
+  size_t out_used_ = 0;
+  std::vector<Book> books_;  // indexed like the data plane's job table
+
+  int wake_fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> pending_{false};
+  std::mutex commands_mu_;
+  std::vector<std::function<void()>> commands_;
+  bool stopped_ = false;  // guarded by commands_mu_
+  std::thread thread_;
+};
+
+}  // namespace switchml

@@ -1,0 +1,80 @@
+#include "switch/stats_format.h"
+
+#include <cstdio>
+
+namespace switchml {
+namespace {
+
+void Line(std::string& out, const std::string& metric, const std::string& labels, uint64_t v) {
+  out += metric;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += " " + std::to_string(v) + "\n";
+}
+
+void Counters(std::string& out, const control::v1::Counters& c, const std::string& labels) {
+  const std::string sep = labels.empty() ? "" : labels + ",";
+  Line(out, "switchml_packets_total", labels, c.packets());
+  Line(out, "switchml_contributions_total", labels, c.contributions());
+  Line(out, "switchml_slots_completed_total", labels, c.slots_completed());
+  Line(out, "switchml_results_resent_total", labels, c.results_resent());
+  Line(out, "switchml_pending_replies_total", labels, c.pending_replies());
+  for (const auto& [reason, n] : c.drops()) {
+    Line(out, "switchml_drops_total", sep + "reason=\"" + reason + "\"", n);
+  }
+}
+
+}  // namespace
+
+std::string FormatPrometheus(const control::v1::StatsReply& s) {
+  std::string out;
+  out += "# TYPE switchml_packets_total counter\n";
+  Counters(out, s.total(), "");
+  for (const auto& [error, n] : s.decode_errors()) {
+    Line(out, "switchml_decode_errors_total", "error=\"" + error + "\"", n);
+  }
+  Line(out, "switchml_packets_sent_total", "", s.packets_sent());
+  Line(out, "switchml_send_errors_total", "", s.send_errors());
+  Line(out, "switchml_pool_slots", "", s.pool_slots());
+  Line(out, "switchml_pool_free_slots", "", s.free_slots());
+  for (const auto& j : s.jobs()) {
+    const std::string labels = "job=\"" + j.job_name() + "\"";
+    Line(out, "switchml_job_ranks_joined", labels, j.joined());
+    Line(out, "switchml_job_active", labels, j.active());
+    if (j.active()) Counters(out, j.counters(), labels);
+  }
+  return out;
+}
+
+std::string FormatTable(const control::v1::StatsReply& s) {
+  char buf[512];
+  std::string out;
+  std::snprintf(buf, sizeof(buf),
+                "pool: %u slots, %u free; packets in %llu, out %llu, send errors %llu\n",
+                s.pool_slots(), s.free_slots(), (unsigned long long)s.total().packets(),
+                (unsigned long long)s.packets_sent(), (unsigned long long)s.send_errors());
+  out += buf;
+  for (const auto& [reason, n] : s.total().drops()) {
+    out += "  dropped " + reason + ": " + std::to_string(n) + "\n";
+  }
+  for (const auto& [error, n] : s.decode_errors()) {
+    out += "  malformed " + error + ": " + std::to_string(n) + "\n";
+  }
+  out += "jobs: " + std::to_string(s.jobs_size()) + "\n";
+  for (const auto& j : s.jobs()) {
+    const auto& c = j.counters();
+    std::snprintf(buf, sizeof(buf),
+                  "  %-20s id %-6u %s %u/%u ranks, %u slots: packets %llu, completed %llu, "
+                  "resent %llu, pending %llu\n",
+                  j.job_name().c_str(), j.job_id(), j.active() ? "active " : "joining",
+                  j.joined(), j.world_size(), j.pool_slots(), (unsigned long long)c.packets(),
+                  (unsigned long long)c.slots_completed(), (unsigned long long)c.results_resent(),
+                  (unsigned long long)c.pending_replies());
+    out += buf;
+    for (const auto& [reason, n] : c.drops()) {
+      out += "      dropped " + reason + ": " + std::to_string(n) + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace switchml

@@ -1,0 +1,88 @@
+#include "switchml/switch_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "net/address.h"
+#include "switch/control_service.h"
+#include "switch/data_thread.h"
+#include "switch/stats_format.h"
+
+namespace switchml {
+
+struct SwitchServer::Impl {
+  SwitchConfig config;
+  std::unique_ptr<DataThread> data;
+  std::unique_ptr<ControlService> service;
+  std::unique_ptr<grpc::Server> server;
+  uint16_t control_port = 0;
+  uint16_t data_port = 0;
+  std::once_flag stop_once;
+};
+
+Status SwitchConfig::Validate() const { return data_plane.Validate(); }
+
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
+  if (Status s = config.Validate(); !s.ok()) return s;
+  auto bind = net::ParseAddress(config.bind_address, config.data_port);
+  if (!bind.ok()) return bind.status();
+  auto socket = net::UdpSocket::Bind(bind.value(), config.socket_buffer_bytes);
+  if (!socket.ok()) return socket.status();
+
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->data_port = ntohs(socket.value().LocalAddress().sin_port);
+  impl->data = std::make_unique<DataThread>(config.data_plane, std::move(socket).value());
+  impl->service = std::make_unique<ControlService>(impl->data.get(), impl->data_port);
+
+  grpc::ServerBuilder builder;
+  int selected = 0;
+  const std::string listen =
+      net::FormatAddress(bind.value()).substr(0, net::FormatAddress(bind.value()).rfind(':')) +
+      ":" + std::to_string(config.control_port);
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &selected);
+  builder.RegisterService(impl->service.get());
+  // Notice workers whose connection vanished without a FIN (a cut cable).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || selected == 0) {
+    return InvalidArgument("cannot listen for control connections on " + listen +
+                           " (port in use? pick another with --control-port)");
+  }
+  impl->control_port = uint16_t(selected);
+  impl->data->Start();
+  spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
+               "elements, up to {} workers per job",
+               listen.substr(0, listen.rfind(':')), impl->control_port,
+               listen.substr(0, listen.rfind(':')), impl->data_port, config.data_plane.pool_slots,
+               config.data_plane.max_elements_per_packet, config.data_plane.max_workers);
+  return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
+}
+
+SwitchServer::SwitchServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SwitchServer::~SwitchServer() { Stop(); }
+
+void SwitchServer::Stop() {
+  std::call_once(impl_->stop_once, [this] {
+    impl_->service->EndAll("the switch is shutting down");
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    impl_->server->Wait();
+    impl_->data->Stop();
+    spdlog::info("switch stopped");
+  });
+}
+
+uint16_t SwitchServer::control_port() const { return impl_->control_port; }
+uint16_t SwitchServer::data_port() const { return impl_->data_port; }
+
+std::string SwitchServer::PrometheusText() {
+  return FormatPrometheus(impl_->service->CollectStats());
+}
+
+}  // namespace switchml

@@ -1,0 +1,54 @@
+#include "switchml/config.h"
+
+#include <gtest/gtest.h>
+
+namespace switchml {
+namespace {
+
+TEST(ContextConfig, DefaultsAreValid) { EXPECT_TRUE(ContextConfig{}.Validate().ok()); }
+
+TEST(ContextConfig, TomlRoundTrips) {
+  ContextConfig c;
+  c.switch_address = "10.0.0.1:5000";
+  c.job_name = "a \"quoted\" name";
+  c.rank = 3;
+  c.world_size = 8;
+  c.threads = 2;
+  auto back = ContextConfig::FromTomlString(c.ToToml());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back.value().ToToml(), c.ToToml());
+  EXPECT_EQ(back.value().job_name, c.job_name);
+}
+
+TEST(ContextConfig, TomlErrorsNameTheProblem) {
+  EXPECT_NE(ContextConfig::FromTomlString("rnak = 1").status().message().find("unknown configuration key 'rnak'"),
+            std::string::npos);
+  EXPECT_NE(ContextConfig::FromTomlString("rank = \"one\"").status().message().find("'rank' must be a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(ContextConfig::FromTomlString("rank = -1").status().message().find("'rank'"),
+            std::string::npos);
+  EXPECT_NE(ContextConfig::FromTomlString("rank = [").status().message().find("not valid TOML"),
+            std::string::npos);
+  EXPECT_NE(ContextConfig::FromTomlFile("/nonexistent.toml").status().message().find("/nonexistent.toml"),
+            std::string::npos);
+}
+
+TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
+  ContextConfig c;
+  c.elements_per_packet = 10;
+  EXPECT_NE(c.Validate().message().find("elements_per_packet=10 is out of range 32..8192"),
+            std::string::npos);
+  EXPECT_EQ(c.elements_per_packet, 10u);
+  c = ContextConfig{};
+  c.threads = 4;
+  c.pool_slots = 2;
+  EXPECT_NE(c.Validate().message().find("threads=4 exceeds pool_slots=2"), std::string::npos);
+  c = ContextConfig{};
+  EXPECT_TRUE(c.Set("world_size", "4").ok());
+  EXPECT_EQ(c.world_size, 4u);
+  EXPECT_FALSE(c.Set("world_size", "four").ok());
+  EXPECT_FALSE(c.Set("bogus", "1").ok());
+}
+
+}  // namespace
+}  // namespace switchml

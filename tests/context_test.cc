@@ -1,0 +1,274 @@
+// The networked system in one process: a real switch (UDP + gRPC) and real
+// Contexts on loopback, one thread per rank.
+#include "switchml/context.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <random>
+
+#include "net_test_util.h"
+#include "switchml/sim_cluster.h"
+
+namespace switchml {
+namespace {
+
+using testing::ForEachRank;
+using testing::StartAll;
+using testing::StartSwitch;
+using testing::WorkerConfig;
+
+std::vector<ContextConfig> Configs(const SwitchServer& sw, const std::string& job, uint32_t world,
+                                   uint32_t threads = 1) {
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < world; ++r) {
+    configs.push_back(WorkerConfig(sw, job, r, world));
+    configs.back().threads = threads;
+  }
+  return configs;
+}
+
+struct Shape {
+  uint32_t world;
+  uint32_t threads;
+  size_t count;
+};
+
+class ContextAllReduce : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
+  const Shape shape = GetParam();
+  auto sw = StartSwitch();
+  ASSERT_NE(sw, nullptr);
+  auto contexts = StartAll(Configs(*sw, "job", shape.world, shape.threads));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+
+  const size_t n = shape.count;
+  std::vector<std::vector<int32_t>> ints(shape.world, std::vector<int32_t>(n));
+  std::vector<std::vector<float>> floats(shape.world, std::vector<float>(n));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (uint32_t r = 0; r < shape.world; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      ints[r][i] = int32_t(r * 100003 + i * 31) - 5000;
+      floats[r][i] = normal(rng) * float(1 + i % 7);
+    }
+  }
+  std::vector<std::vector<int32_t>> int_out(shape.world, std::vector<int32_t>(n));
+  std::vector<std::vector<float>> float_out(shape.world, std::vector<float>(n));
+  ForEachRank(shape.world, [&](size_t r) {
+    // Two operations in flight at once, then one in place.
+    auto a = contexts[r]->AllReduceAsync(ints[r].data(), int_out[r].data(), n, DType::kInt32);
+    auto b = contexts[r]->AllReduceAsync(floats[r].data(), float_out[r].data(), n, DType::kFloat32);
+    EXPECT_TRUE(a->Wait().ok()) << a->status().ToString();
+    EXPECT_TRUE(b->Wait().ok()) << b->status().ToString();
+  });
+  std::vector<const float*> inputs;
+  for (auto& f : floats) inputs.push_back(f.data());
+  for (uint32_t r = 0; r < shape.world; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t sum = 0;
+      for (uint32_t q = 0; q < shape.world; ++q) sum += ints[q][i];
+      ASSERT_EQ(int_out[r][i], int32_t(sum)) << "rank " << r << " element " << i;
+    }
+    const FloatCheck check = CheckFloatAllReduce(inputs, float_out[r].data(), n, 256);
+    EXPECT_EQ(check.violations, 0u) << "rank " << r << " element " << check.first_violation;
+    EXPECT_EQ(float_out[r], float_out[0]);
+  }
+  // In place.
+  ForEachRank(shape.world, [&](size_t r) {
+    EXPECT_TRUE(contexts[r]->AllReduce(ints[r].data(), ints[r].data(), n, DType::kInt32).ok());
+  });
+  for (uint32_t r = 0; r < shape.world; ++r) EXPECT_EQ(ints[r], int_out[r]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
+                         ::testing::Values(Shape{2, 1, 100000}, Shape{4, 1, 70001},
+                                           Shape{8, 1, 20000}, Shape{3, 2, 50000},
+                                           Shape{2, 3, 7}, Shape{2, 1, 0}),
+                         [](const auto& info) {
+                           return "n" + std::to_string(info.param.world) + "_t" +
+                                  std::to_string(info.param.threads) + "_len" +
+                                  std::to_string(info.param.count);
+                         });
+
+TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {
+  auto sw = StartSwitch();
+  ASSERT_NE(sw, nullptr);
+  std::vector<std::unique_ptr<Context>> a, b;
+  std::thread start_b([&] { b = StartAll(Configs(*sw, "b", 3)); });
+  a = StartAll(Configs(*sw, "a", 2));
+  start_b.join();
+  const size_t n = 30000;
+  std::vector<std::vector<int32_t>> ia(2, std::vector<int32_t>(n, 1)), ib(3, std::vector<int32_t>(n, 10));
+  std::thread run_b([&] {
+    ForEachRank(3, [&](size_t r) {
+      EXPECT_TRUE(b[r]->AllReduce(ib[r].data(), ib[r].data(), n, DType::kInt32).ok());
+    });
+  });
+  ForEachRank(2, [&](size_t r) {
+    EXPECT_TRUE(a[r]->AllReduce(ia[r].data(), ia[r].data(), n, DType::kInt32).ok());
+  });
+  run_b.join();
+  for (auto& v : ia) EXPECT_EQ(v, std::vector<int32_t>(n, 2));
+  for (auto& v : ib) EXPECT_EQ(v, std::vector<int32_t>(n, 30));
+}
+
+TEST(ContextJobs, RankThatLeavesFailsTheOthersNamingItAndTheSwitchFreesTheJob) {
+  auto sw = StartSwitch(/*pool_slots=*/64);
+  ASSERT_NE(sw, nullptr);
+  auto contexts = StartAll(Configs(*sw, "job", 3));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  std::vector<int32_t> big(4'000'000, 1);
+  std::vector<std::vector<int32_t>> out(3, std::vector<int32_t>(big.size()));
+  auto j0 = contexts[0]->AllReduceAsync(big.data(), out[0].data(), big.size(), DType::kInt32);
+  auto j1 = contexts[1]->AllReduceAsync(big.data(), out[1].data(), big.size(), DType::kInt32);
+  contexts[2]->Stop();  // rank 2 leaves without contributing
+  for (auto* j : {j0.get(), j1.get()}) {
+    const Status s = j->Wait();
+    EXPECT_EQ(s.code(), StatusCode::kAborted);
+    EXPECT_NE(s.message().find("rank 2 left job 'job'"), std::string::npos) << s.message();
+  }
+  // The switch freed the job: its whole pool is free again ...
+  for (int i = 0; i < 100 && sw->PrometheusText().find("switchml_pool_free_slots 64\n") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(sw->PrometheusText().find("switchml_pool_free_slots 64\n"), std::string::npos)
+      << sw->PrometheusText();
+  // ... and later operations of the old contexts fail at once.
+  EXPECT_FALSE(contexts[0]->AllReduce(big.data(), out[0].data(), 10, DType::kInt32).ok());
+  contexts.clear();
+  // A following job of the same name passes.
+  auto again = StartAll(Configs(*sw, "job", 2));
+  ForEachRank(2, [&](size_t r) {
+    ASSERT_NE(again[r], nullptr);
+    EXPECT_TRUE(again[r]->AllReduce(big.data(), out[r].data(), 1000, DType::kInt32).ok());
+  });
+  EXPECT_EQ(out[0][999], 2);
+}
+
+// Starts all ranks with short join timeouts; returns the one error of kind
+// `code` (ranks race, so either of two mismatching ranks may be refused).
+Status RefusedJoin(std::vector<ContextConfig> configs, StatusCode code) {
+  for (auto& c : configs) c.join_timeout_ms = 1000;
+  std::vector<Status> errors;
+  StartAll(configs, &errors);
+  Status found;
+  int count = 0;
+  for (const Status& e : errors) {
+    if (e.code() == code) found = e, ++count;
+  }
+  EXPECT_EQ(count, 1);
+  return found;
+}
+
+TEST(ContextRegistration, WorldSizeMismatchIsReported) {
+  auto sw = StartSwitch();
+  auto configs = Configs(*sw, "job", 2);
+  configs[1].world_size = 3;
+  const Status s = RefusedJoin(configs, StatusCode::kInvalidArgument);
+  EXPECT_TRUE(s.message().find("world_size 3 differs from the job's 2") != std::string::npos ||
+              s.message().find("world_size 2 differs from the job's 3") != std::string::npos)
+      << s.message();
+}
+
+TEST(ContextRegistration, DuplicateRankIsReported) {
+  auto sw = StartSwitch();
+  auto configs = Configs(*sw, "job", 3);
+  configs[2].rank = 0;
+  const Status s = RefusedJoin(configs, StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("rank 0 is already registered"), std::string::npos) << s.message();
+}
+
+TEST(ContextRegistration, IncompatibleParametersAreReported) {
+  auto sw = StartSwitch();
+  auto configs = Configs(*sw, "job", 2);
+  configs[1].elements_per_packet = 512;
+  const Status s = RefusedJoin(configs, StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("elements_per_packet"), std::string::npos) << s.message();
+  configs = Configs(*sw, "job2", 2);
+  configs[1].threads = 2;
+  const Status t = RefusedJoin(configs, StatusCode::kInvalidArgument);
+  EXPECT_NE(t.message().find("threads"), std::string::npos) << t.message();
+}
+
+TEST(ContextRegistration, PoolExhaustionIsReported) {
+  auto sw = StartSwitch(/*pool_slots=*/40);
+  auto configs = Configs(*sw, "job", 2);  // asks for 32 slots each job
+  auto first = StartAll(configs);
+  auto second = Configs(*sw, "other", 1);
+  auto c = Context::Start(second[0]);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("no free segment of 32 slots (8 of 40 free)"),
+            std::string::npos)
+      << c.status().message();
+}
+
+TEST(ContextRegistration, MissingRanksTimeOutWithTheirNames) {
+  auto sw = StartSwitch();
+  auto configs = Configs(*sw, "job", 3);
+  configs[1].join_timeout_ms = 300;
+  auto c = Context::Start(configs[1]);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(c.status().message().find("only 1 of 3 ranks joined within 300 ms; missing rank(s) 0, 2"),
+            std::string::npos)
+      << c.status().message();
+}
+
+TEST(ContextRegistration, UnreachableSwitchIsReported) {
+  ContextConfig config;
+  config.switch_address = "127.0.0.1:1";  // nothing listens there
+  auto c = Context::Start(config);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("cannot reach the switch"), std::string::npos)
+      << c.status().message();
+}
+
+TEST(ContextRegistration, InvalidConfigurationNamesTheField) {
+  ContextConfig config;
+  config.rank = 4;
+  config.world_size = 4;
+  EXPECT_NE(Context::Start(config).status().message().find("rank=4"), std::string::npos);
+}
+
+TEST(SwitchSecurity, PacketsFromUnregisteredSourcesAreCountedAndDropped) {
+  auto sw = StartSwitch();
+  auto contexts = StartAll(Configs(*sw, "job", 2));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  // A stranger sends a well-formed contribution for rank 0 of the live job.
+  PacketHeader h;
+  h.job = 0;  // whatever id: unknown ids are dropped too
+  std::vector<uint8_t> packet(PacketBytes(256));
+  for (uint32_t job = 0; job < 64; ++job) {
+    h.job = job;
+    h.element_count = 256;
+    EncodeHeader(h, packet);
+    const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(sw->data_port());
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    sendto(fd, packet.data(), packet.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    close(fd);
+  }
+  std::vector<int32_t> v(1000, 1);
+  ForEachRank(2, [&](size_t r) {
+    std::vector<int32_t> mine = v;
+    EXPECT_TRUE(contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kInt32).ok());
+    EXPECT_EQ(mine, std::vector<int32_t>(1000, 2));
+  });
+  const std::string stats = sw->PrometheusText();
+  EXPECT_NE(stats.find("switchml_drops_total{reason=\"source_mismatch\"} 1\n"), std::string::npos)
+      << stats;
+  EXPECT_NE(stats.find("switchml_drops_total{reason=\"unknown_job\"} 63\n"), std::string::npos)
+      << stats;
+}
+
+}  // namespace
+}  // namespace switchml
