@@ -100,7 +100,7 @@ TEST(Quantize, RoundTripIsWithinTheDocumentedBound) {
       for (size_t i = 0; i < out.size(); ++i) {
         double exact = 0;
         for (auto& x : xs) exact += x[i];
-        const double bound = QuantizationErrorBound(n, e_max, std::fabs(exact));
+        const double bound = QuantizationErrorBound(n, e_max)(std::fabs(exact));
         const double err = std::fabs(out[i] - exact);
         EXPECT_LE(err, bound) << "n=" << n << " scale=" << scale << " i=" << i;
         worst_ratio = std::max(worst_ratio, err / bound);

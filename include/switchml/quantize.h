@@ -56,13 +56,18 @@ void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be);
 void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out);
 
 // The documented error bound of one element of a float32 all-reduce:
-// |result - exact_sum| <= QuantizationErrorBound(n, e_max, |exact_sum|).
+// |result - exact_sum| <= QuantizationErrorBound(n, e_max)(|exact_sum|).
 // Each of the n workers rounds to the nearest integer (error <= 1/2 unit, one
 // unit being 1/f), and the float32 result adds one rounding of at most 2^-24
 // relative to its magnitude:
 //     n / (2 f) + 2^-24 (|exact_sum| + n / (2 f))
 // plus a 2^-40 relative margin for the double-precision intermediate steps and
 // 2^-150 for results in float32's denormal range.
-double QuantizationErrorBound(int world_size, int e_max, double abs_exact_sum);
+struct ErrorBound {
+  double absolute;  // independent of the sum
+  double relative;  // times |exact_sum|
+  double operator()(double abs_exact_sum) const { return absolute + relative * abs_exact_sum; }
+};
+ErrorBound QuantizationErrorBound(int world_size, int e_max);
 
 }  // namespace switchml

@@ -25,8 +25,10 @@
 // docs/wire-format.md describes the semantics of each message type.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 
 namespace switchml {
@@ -91,15 +93,19 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out);
 // REQUIRES: dst.size() >= kHeaderBytes.
 void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst);
 
-// Big-endian 32-bit word access for payloads.
+// Big-endian 32-bit word access for payloads (unaligned is fine).
+inline uint32_t ToBigEndian32(uint32_t v) {
+  if constexpr (std::endian::native == std::endian::little) return __builtin_bswap32(v);
+  return v;
+}
 inline uint32_t LoadBe32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return ToBigEndian32(v);
 }
 inline void StoreBe32(uint8_t* p, uint32_t v) {
-  p[0] = uint8_t(v >> 24);
-  p[1] = uint8_t(v >> 16);
-  p[2] = uint8_t(v >> 8);
-  p[3] = uint8_t(v);
+  v = ToBigEndian32(v);
+  std::memcpy(p, &v, 4);
 }
 
 }  // namespace switchml

@@ -57,7 +57,10 @@ struct WorkerEngineConfig {
   uint16_t pool_slots = 128;         // slots this engine uses; the window's upper bound
   uint16_t slot_offset = 0;          // first of them in the job's pool segment (an engine
                                      // per thread owns slots [offset, offset + pool_slots))
-  Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // first retransmission
+  // The retransmission timeout adapts to the measured round trip (SRTT +
+  // 4 RTTVAR, RFC 6298) between these two bounds, and doubles when many
+  // slots time out together.
+  Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // initial and minimum
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
   Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
 
@@ -77,7 +80,7 @@ struct WorkerEngineCounters {
   uint64_t malformed = 0;         // failed DecodePacket
   uint64_t wrong_job_or_rank = 0; // well-formed but not for this worker
   uint64_t invalid = 0;           // wrong type, slot, size or exponent for this job
-  uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the base timeout
+  uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the timeout
 };
 
 using OpId = uint64_t;
@@ -126,6 +129,7 @@ class WorkerEngine {
   void FinishOp(Status status);
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
+  void SampleRoundTrip(Nanos sample);
   std::string DescribeStall(Nanos now) const;
   uint32_t ChunkId(uint32_t round, uint16_t index) const;
   uint32_t RoundsOf(uint16_t index) const;
@@ -140,8 +144,9 @@ class WorkerEngine {
   bool running_ = false;
   OpId next_op_id_ = 1;
   uint32_t next_chunk_base_ = 0;         // chunk-id sequence, continuous across ops
-  Nanos rto_;                            // current base retransmission timeout
-  uint32_t clean_results_ = 0;           // results since the last clustered timeout
+  Nanos rto_;                            // current retransmission timeout
+  Nanos srtt_{0};                        // smoothed round trip; 0 before the first sample
+  Nanos rttvar_{0};                      // its mean deviation
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
   uint64_t unanswered_ = 0;              // retransmissions since the last packet from the switch

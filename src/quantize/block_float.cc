@@ -7,21 +7,20 @@
 namespace switchml {
 
 int16_t BlockExponent(const float* x, size_t n) {
-  float max_abs = 0.0f;
-  // One pass; NaN and Inf are detected through the exponent bits so the loop
-  // stays branch-light.
-  uint32_t non_finite = 0;
+  // For non-negative floats the bit patterns order like the values, so an
+  // integer max over |x|'s bits finds the largest magnitude, and any bits at
+  // or above the infinity pattern mean NaN or Inf. Branch-free; vectorizes.
+  uint32_t max_bits = 0;
   for (size_t i = 0; i < n; ++i) {
     uint32_t bits;
     std::memcpy(&bits, &x[i], 4);
-    non_finite |= uint32_t((bits & 0x7F800000u) == 0x7F800000u);
-    const float a = std::fabs(x[i]);
-    max_abs = a > max_abs ? a : max_abs;
+    bits &= 0x7FFFFFFFu;
+    max_bits = bits > max_bits ? bits : max_bits;
   }
-  if (non_finite) return kNonFiniteExponent;
-  if (max_abs == 0.0f) return kMinExponent;
-  int e = 0;
-  std::frexp(max_abs, &e);  // max_abs = m * 2^e, m in [0.5, 1)  =>  max_abs < 2^e
+  if (max_bits >= 0x7F800000u) return kNonFiniteExponent;
+  // A normal value with biased exponent E lies in [2^(E-127), 2^(E-126)).
+  // Denormals (E = 0) and zero fall to the minimum.
+  const int e = int(max_bits >> 23) - 126;
   return int16_t(e < kMinExponent ? kMinExponent : e);
 }
 
@@ -31,11 +30,13 @@ BlockScale MakeBlockScale(int e_max, int world_size) {
 }
 
 void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
+  // Adding and subtracting 1.5 * 2^52 rounds a double of magnitude below 2^51
+  // to an integer, half to even (the default rounding mode), exactly like
+  // nearbyint and the SIMD conversions; |x * f| < 2^31 here.
+  constexpr double kRound = 0x1.8p52;
   for (size_t i = 0; i < n; ++i) {
-    // nearbyint rounds half to even in the default rounding mode, as the SIMD
-    // conversion instructions do.
-    const auto q = int32_t(std::nearbyint(double(x[i]) * scale.factor));
-    StoreBe32(dst_be + 4 * i, uint32_t(q));
+    const double rounded = (double(x[i]) * scale.factor + kRound) - kRound;
+    StoreBe32(dst_be + 4 * i, uint32_t(int32_t(rounded)));
   }
 }
 
@@ -53,13 +54,15 @@ void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out) {
   for (size_t i = 0; i < n; ++i) out[i] = int32_t(LoadBe32(src_be + 4 * i));
 }
 
-double QuantizationErrorBound(int world_size, int e_max, double abs_exact_sum) {
+ErrorBound QuantizationErrorBound(int world_size, int e_max) {
   const BlockScale s = MakeBlockScale(e_max, world_size);
-  const double rounding = 0.5 * world_size * s.inverse;
-  const double output = std::ldexp(abs_exact_sum + rounding, -24);
+  const double rounding = 0.5 * world_size * s.inverse;  // n workers, 1/2 unit each
+  const double margin = 1.0 + std::ldexp(1.0, -40);       // double-precision steps
+  const double float_rounding = std::ldexp(1.0, -24);      // the float32 result
   // Results below 2^-126 are float32 denormals, spaced 2^-149 apart.
   const double denormal = std::ldexp(1.0, -150);
-  return (rounding + output) * (1.0 + std::ldexp(1.0, -40)) + denormal;
+  return ErrorBound{(rounding + float_rounding * rounding) * margin + denormal,
+                    float_rounding * margin};
 }
 
 }  // namespace switchml

@@ -74,7 +74,7 @@ FloatCheck CheckFloatAllReduce(const std::vector<const float*>& inputs, const fl
       double exact = 0;
       for (const float* in : inputs) exact += in[i];
       const double error = std::fabs(double(output[i]) - exact);
-      const double bound = QuantizationErrorBound(n, e_max, std::fabs(exact));
+      const double bound = QuantizationErrorBound(n, e_max)(std::fabs(exact));
       if (!(error <= bound)) {  // also catches NaN
         if (check.violations++ == 0) check.first_violation = i;
       }

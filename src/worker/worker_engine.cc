@@ -44,6 +44,7 @@ struct WorkerEngine::Slot {
   uint32_t round = 0;
   int16_t scale = 0;  // exponent agreed for the chunk of `round`
   uint32_t attempts = 0;
+  Nanos sent_at{0};
   Nanos deadline{0};
 };
 
@@ -209,6 +210,7 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   ++counters_.packets_sent;
   slot.outstanding = true;
   slot.attempts = 0;
+  slot.sent_at = now;
   slot.deadline = now + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
@@ -300,10 +302,7 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
   last_progress_ = now;
-  if (slot.attempts == 0 && ++clean_results_ >= op.window) {
-    rto_ = std::max(config_.retransmit_timeout, rto_ / 2);  // recover from back-off
-    clean_results_ = 0;
-  }
+  if (slot.attempts == 0) SampleRoundTrip(now - slot.sent_at);
   slot.version ^= 1;
   ++slot.round;
   if (slot.round <= RoundsOf(index)) {
@@ -327,6 +326,21 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   FinishOp(std::move(status));
   StartNextOp(now, sink);
+}
+
+void WorkerEngine::SampleRoundTrip(Nanos sample) {
+  // Jacobson/Karels (RFC 6298). The round trip of a slot includes waiting for
+  // the slowest worker, which is exactly what a timeout must allow for.
+  if (srtt_ == Nanos(0)) {
+    srtt_ = sample;
+    rttvar_ = sample / 2;
+  } else {
+    const Nanos error = srtt_ > sample ? srtt_ - sample : sample - srtt_;
+    rttvar_ = (rttvar_ * 3 + error) / 4;
+    srtt_ = (srtt_ * 7 + sample) / 8;
+  }
+  rto_ = std::clamp(srtt_ + 4 * rttvar_, config_.retransmit_timeout,
+                    config_.max_retransmit_timeout);
 }
 
 void WorkerEngine::FinishOp(Status status) {
@@ -412,7 +426,6 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   // not random loss: slow everyone down.
   if (expired >= 2 && expired * 4 >= outstanding) {
     rto_ = std::min(rto_ * 2, config_.max_retransmit_timeout);
-    clean_results_ = 0;
     ++counters_.timeout_backoffs;
   }
   next_scan_ = next;

@@ -1,0 +1,200 @@
+// switchml-bench: times all-reduces through a switchml switch.
+//
+// One worker of a benchmark job:
+//   switchml-bench --switch HOST[:PORT] --rank R --world N --size 64MiB --dtype float32 --reps 5
+// The whole system on this machine (a switch and N worker processes):
+//   switchml-bench --local N --size 64MiB --dtype float32 --reps 5
+//
+// Prints one line per repetition on stderr (rank 0) and, last, one JSON line
+// on stdout.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "bench_common.h"
+#include "switchml/context.h"
+#include "switchml/quantize.h"
+
+namespace {
+
+using namespace switchml;
+
+struct Options {
+  std::string switch_address = "127.0.0.1";
+  uint32_t rank = 0, world = 1, local = 0;
+  std::string size = "64MiB";
+  std::string dtype = "float32";
+  int reps = 5, warmup = 1;
+  uint64_t seed = 1;
+  std::string config_file;
+  ContextConfig context;
+};
+
+int RunWorker(const Options& o) {
+  ContextConfig config = o.context;
+  if (!o.config_file.empty()) {
+    auto loaded = ContextConfig::FromTomlFile(o.config_file, config);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
+      return 2;
+    }
+    config = loaded.value();
+  }
+  config.switch_address = o.switch_address;
+  config.rank = o.rank;
+  config.world_size = o.world;
+  const uint64_t bytes = bench::ParseSize(o.size);
+  if (bytes < 4) {
+    std::fprintf(stderr, "--size=%s is not a size (try 64MiB)\n", o.size.c_str());
+    return 2;
+  }
+  const size_t count = bytes / 4;
+  const bool is_float = o.dtype == "float32";
+  const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
+
+  std::vector<uint32_t> in(count), out(count);
+  if (is_float) {
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, o.rank, config.elements_per_packet);
+  } else {
+    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, o.rank);
+  }
+  auto context = Context::Start(config);
+  if (!context.ok()) {
+    std::fprintf(stderr, "rank %u: %s\n", o.rank, context.status().ToString().c_str());
+    return 1;
+  }
+  Context& ctx = *context.value();
+  std::vector<double> times;
+  int32_t token = 0;
+  for (int rep = -o.warmup; rep < o.reps; ++rep) {
+    // Line the ranks up, so each repetition times the all-reduce alone.
+    if (Status s = ctx.AllReduce(&token, &token, 1, DType::kInt32); !s.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", o.rank, s.ToString().c_str());
+      return 1;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const Status s = ctx.AllReduce(in.data(), out.data(), count, dtype);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", o.rank, s.ToString().c_str());
+      return 1;
+    }
+    if (rep < 0) continue;
+    times.push_back(seconds);
+    if (o.rank == 0) {
+      std::fprintf(stderr, "switchml rep %d/%d: %.4f s, %.2f Gbit/s\n", rep + 1, o.reps, seconds,
+                   double(bytes) * 8 / seconds / 1e9);
+    }
+  }
+  const bench::Verification v =
+      is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
+                                    o.world, config.elements_per_packet, true)
+               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, o.world);
+  const bench::Timing t = bench::Summarize(times);
+  const ContextCounters c = ctx.counters();
+  nlohmann::json j = {
+      {"system", "switchml"},
+      {"workers", o.world},
+      {"rank", o.rank},
+      {"bytes", bytes},
+      {"dtype", o.dtype},
+      {"reps", o.reps},
+      {"times_s", times},
+      {"median_s", t.median_s},
+      {"min_s", t.min_s},
+      {"max_s", t.max_s},
+      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
+      {"max_abs_error", v.max_abs_error},
+      {"error_bound", v.error_bound},
+      {"within_bound", v.within_bound},
+      {"result_digest", bench::Digest(out.data(), bytes)},
+      {"elements_per_packet", config.elements_per_packet},
+      {"pool_slots", config.pool_slots},
+      {"threads", config.threads},
+      {"packets_sent", c.packets_sent},
+      {"retransmissions", c.retransmissions},
+  };
+  std::printf("%s\n", j.dump().c_str());
+  return v.within_bound ? 0 : 1;
+}
+
+int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
+  const std::string dir = bench::SelfDirectory();
+  char port_file[] = "/tmp/switchml-bench-XXXXXX";
+  const int fd = mkstemp(port_file);
+  if (fd < 0) return 2;
+  close(fd);
+  unlink(port_file);
+  const pid_t sw = bench::Spawn({dir + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", "0",
+                                 "--data-port", "0", "--port-file", port_file, "--log-level", "warn",
+                                 "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
+                                 "--max-elements-per-packet", "8192", "--pool-slots", "2048"},
+                                nullptr);
+  if (sw < 0) {
+    std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
+    return 2;
+  }
+  int control_port = 0, data_port = 0;
+  for (int i = 0; i < 500 && control_port == 0; ++i) {
+    std::ifstream(port_file) >> control_port >> data_port;
+    if (control_port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  unlink(port_file);
+  if (control_port == 0) {
+    std::fprintf(stderr, "the switch did not start\n");
+    kill(sw, SIGTERM);
+    bench::WaitFor(sw);
+    return 2;
+  }
+  const int rc = bench::RunLocalWorkers(o.local, [&](uint32_t r) {
+    std::vector<std::string> argv = {dir + "/switchml-bench", "--switch",
+                                     "127.0.0.1:" + std::to_string(control_port), "--rank",
+                                     std::to_string(r), "--world", std::to_string(o.local)};
+    argv.insert(argv.end(), passthrough.begin(), passthrough.end());
+    return argv;
+  });
+  kill(sw, SIGTERM);
+  bench::WaitFor(sw);
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-bench: time all-reduces through a switchml switch"};
+  Options o;
+  app.add_option("--switch", o.switch_address, "control address of the switch, HOST[:PORT]");
+  app.add_option("--rank", o.rank, "this worker's rank");
+  app.add_option("--world", o.world, "number of workers")->check(CLI::Range(1, 65534));
+  app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
+      ->check(CLI::Range(1, 256));
+  // The options below are passed on to the workers in --local mode.
+  std::vector<std::string> passthrough;
+  auto pass = [&](CLI::Option* opt) {
+    opt->each([&, opt](const std::string& v) {
+      passthrough.push_back(opt->get_name());
+      passthrough.push_back(v);
+    });
+  };
+  pass(app.add_option("--size", o.size, "tensor size per worker (B, KiB, MiB, GiB)"));
+  pass(app.add_option("--dtype", o.dtype, "float32 or int32")->check(CLI::IsMember({"float32", "int32"})));
+  pass(app.add_option("--reps", o.reps, "timed repetitions")->check(CLI::Range(1, 100000)));
+  pass(app.add_option("--warmup", o.warmup, "untimed repetitions first")->check(CLI::Range(0, 1000)));
+  pass(app.add_option("--seed", o.seed, "seed of the inputs"));
+  pass(app.add_option("--config", o.config_file, "TOML file of Context settings"));
+  pass(app.add_option("--job", o.context.job_name, "job name"));
+  pass(app.add_option("--threads", o.context.threads, "I/O threads per worker"));
+  pass(app.add_option("--elements-per-packet", o.context.elements_per_packet, "int32 values per packet"));
+  pass(app.add_option("--pool-slots", o.context.pool_slots, "switch slots per job"));
+  pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
+  CLI11_PARSE(app, argc, argv);
+  o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;
+  if (o.local > 0) return RunLocal(o, passthrough);
+  return RunWorker(o);
+}

@@ -1,0 +1,209 @@
+// The networked system as users run it: a switchml-switch process and
+// switchml-bench worker processes on loopback, with kill -9 of a worker and
+// of the switch.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "bench_common.h"
+
+namespace switchml {
+namespace {
+
+using bench::Spawn;
+using namespace std::chrono_literals;
+
+const std::string kBin = SWITCHML_BIN_DIR;
+
+// A child process whose combined output is collected by a reader thread.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& argv) {
+    int fd = -1;
+    pid_ = Spawn(argv, &fd, /*with_stderr=*/true);
+    reader_ = std::thread([this, fd] { output_ = bench::ReadAll(fd); });
+  }
+  ~Process() {
+    if (pid_ > 0 && code_ < 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  void Kill(int signal) { kill(pid_, signal); }
+  // Exit status (128+signal when killed); fails the test after 60 s.
+  int Wait() {
+    if (code_ >= 0) return code_;
+    for (int i = 0; i < 6000; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        reader_.join();
+        return code_;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << "process did not finish within 60 s";
+    kill(pid_, SIGKILL);
+    return Wait();
+  }
+  const std::string& output() {
+    Wait();
+    return output_;
+  }
+  nlohmann::json Result() {
+    const std::string& out = output();
+    const size_t start = out.rfind("\n{") == std::string::npos ? out.find('{') : out.rfind("\n{");
+    try {
+      return nlohmann::json::parse(out.substr(start));
+    } catch (const std::exception&) {
+      return {};
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int code_ = -1;
+  std::thread reader_;
+  std::string output_;
+};
+
+class Switch {
+ public:
+  Switch() : port_file_("/tmp/switchml-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++)) {
+    Start();
+  }
+  void Start() {
+    unlink(port_file_.c_str());
+    process_ = std::make_unique<Process>(std::vector<std::string>{
+        kBin + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", "0", "--data-port", "0",
+        "--port-file", port_file_, "--pool-slots", "256", "--max-elements-per-packet", "8192"});
+    for (int i = 0; i < 1000 && control_port_ == 0; ++i) {
+      std::ifstream(port_file_) >> control_port_;
+      if (control_port_ == 0) std::this_thread::sleep_for(5ms);
+    }
+    unlink(port_file_.c_str());
+    ASSERT_NE(control_port_, 0) << "switch did not start";
+  }
+  Process& process() { return *process_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(control_port_); }
+  void Restart() {
+    control_port_ = 0;
+    Start();
+  }
+  std::string Stats() {
+    Process ctl({kBin + "/switchml-ctl", "stats", "--switch", address(), "--format", "prometheus"});
+    EXPECT_EQ(ctl.Wait(), 0) << ctl.output();
+    return ctl.output();
+  }
+  ~Switch() {
+    if (process_) {
+      process_->Kill(SIGTERM);
+      EXPECT_EQ(process_->Wait(), 0) << "switch did not stop cleanly:\n" << process_->output();
+    }
+  }
+
+ private:
+  static inline int counter_ = 0;
+  std::string port_file_;
+  int control_port_ = 0;
+  std::unique_ptr<Process> process_;
+};
+
+std::unique_ptr<Process> Worker(const Switch& sw, const std::string& job, int rank, int world,
+                                const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {kBin + "/switchml-bench", "--switch", sw.address(), "--job", job,
+                                   "--rank", std::to_string(rank), "--world", std::to_string(world),
+                                   "--pool-slots", "32"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<Process>(argv);
+}
+
+struct Case {
+  int world;
+  const char* dtype;
+};
+class MultiProcess : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MultiProcess, WorkersAgreeAndVerify) {
+  Switch sw;
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < GetParam().world; ++r) {
+    workers.push_back(Worker(sw, "job", r, GetParam().world,
+                             {"--size", "1MiB", "--reps", "2", "--dtype", GetParam().dtype,
+                              "--elements-per-packet", "1024"}));
+  }
+  std::string digest;
+  for (auto& w : workers) {
+    ASSERT_EQ(w->Wait(), 0) << w->output();
+    const auto j = w->Result();
+    EXPECT_TRUE(j.value("within_bound", false)) << w->output();
+    if (digest.empty()) digest = j.value("result_digest", "");
+    EXPECT_EQ(j.value("result_digest", ""), digest);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, MultiProcess,
+                         ::testing::Values(Case{2, "int32"}, Case{2, "float32"}, Case{4, "int32"},
+                                           Case{4, "float32"}, Case{8, "int32"}, Case{8, "float32"}),
+                         [](const auto& info) {
+                           return "n" + std::to_string(info.param.world) + "_" + info.param.dtype;
+                         });
+
+TEST(MultiProcessJobs, TwoConcurrentJobsWithDifferentWorldSizes) {
+  Switch sw;
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) workers.push_back(Worker(sw, "a", r, 2, {"--size", "2MiB", "--reps", "3"}));
+  for (int r = 0; r < 3; ++r) workers.push_back(Worker(sw, "b", r, 3, {"--size", "2MiB", "--reps", "3"}));
+  for (auto& w : workers) EXPECT_EQ(w->Wait(), 0) << w->output();
+}
+
+TEST(MultiProcessFailures, KilledWorkerFailsTheOthersNamingItThenANewJobPasses) {
+  Switch sw;
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 3; ++r) {
+    workers.push_back(Worker(sw, "job", r, 3,
+                             {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
+  }
+  std::this_thread::sleep_for(1500ms);  // well into the repetitions
+  workers[1]->Kill(SIGKILL);
+  EXPECT_EQ(workers[1]->Wait(), 128 + SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(workers[r]->Wait(), 1);
+    EXPECT_NE(workers[r]->output().find("rank 1 "), std::string::npos) << workers[r]->output();
+  }
+  // The switch freed the job.
+  EXPECT_NE(sw.Stats().find("switchml_pool_free_slots 256\n"), std::string::npos) << sw.Stats();
+  std::vector<std::unique_ptr<Process>> again;
+  for (int r = 0; r < 2; ++r) again.push_back(Worker(sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
+  for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
+}
+
+TEST(MultiProcessFailures, KilledSwitchFailsWorkersCleanlyAndARestartedOneServes) {
+  auto sw = std::make_unique<Switch>();
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(Worker(*sw, "job", r, 2,
+                             {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
+  }
+  std::this_thread::sleep_for(1500ms);
+  sw->process().Kill(SIGKILL);
+  EXPECT_EQ(sw->process().Wait(), 128 + SIGKILL);
+  for (auto& w : workers) {
+    EXPECT_EQ(w->Wait(), 1);
+    EXPECT_NE(w->output().find("switch"), std::string::npos) << w->output();
+  }
+  sw->Restart();
+  std::vector<std::unique_ptr<Process>> again;
+  for (int r = 0; r < 2; ++r) again.push_back(Worker(*sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
+  for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
+}
+
+}  // namespace
+}  // namespace switchml
