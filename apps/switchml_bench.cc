@@ -117,6 +117,7 @@ int RunWorker(const Options& o) {
       {"elements_per_packet", config.elements_per_packet},
       {"pool_slots", config.pool_slots},
       {"threads", config.threads},
+      {"authenticated", !config.auth_key.empty()},
       {"packets_sent", c.packets_sent},
       {"retransmissions", c.retransmissions},
   };
@@ -193,6 +194,7 @@ int main(int argc, char** argv) {
   pass(app.add_option("--elements-per-packet", o.context.elements_per_packet, "int32 values per packet"));
   pass(app.add_option("--pool-slots", o.context.pool_slots, "switch slots per job"));
   pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
+  pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
   CLI11_PARSE(app, argc, argv);
   o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;
   if (o.local > 0) return RunLocal(o, passthrough);

@@ -105,7 +105,7 @@ TEST(WireFormat, RejectsTooManyElements) {
 TEST(WireFormat, RejectsReservedFlagsAndByte) {
   PacketView v;
   std::vector<uint8_t> b = Encode(SampleHeader(1));
-  b[18] |= 0x02;
+  b[18] |= 0x04;
   EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags);
   b = Encode(SampleHeader(1));
   b[19] = 1;

@@ -67,8 +67,9 @@ enum class DropReason : uint8_t {
   kChunkMismatch,    // a newer chunk while the slot still aggregates another
   kExponentMismatch, // scaled with another exponent than the slot's first packet
   kSourceMismatch,   // (transport) sender address not registered for this rank
+  kBadMac,           // (transport) the job has a key and the packet's MAC is missing or wrong
 };
-inline constexpr int kNumDropReasons = 12;
+inline constexpr int kNumDropReasons = 13;
 const char* DropReasonName(DropReason r);
 
 struct Verdict {

@@ -14,7 +14,8 @@
 //                               (kAllRanks for a result sent to every worker)
 //   14     2    slot            slot within the job's pool segment
 //   16     2    element_count   number of 32-bit words after the header
-//   18     1    flags           bit 0: pool version (shadow copy); others 0
+//   18     1    flags           bit 0: pool version (shadow copy); bit 1: a
+//                               kAuthTagBytes keyed MAC follows the payload
 //   19     1    reserved        0
 //   20     2    exponent        int16: block exponent the values were scaled
 //                               with (0 for int32 and for descriptor rounds)
@@ -41,6 +42,10 @@ inline constexpr uint16_t kAllRanks = 0xFFFF;
 // switches use 64 or 256 (see p4/).
 inline constexpr uint16_t kMaxElementsPerPacket = 8192;
 inline constexpr uint8_t kFlagVersionBit = 0x01;
+inline constexpr uint8_t kFlagAuthenticated = 0x02;
+// The authentication trailer: a 12-byte nonce (sender id, counter) and a
+// 16-byte Poly1305 tag (see src/net/packet_auth.h).
+inline constexpr size_t kAuthTagBytes = 28;
 
 enum class MessageType : uint8_t {
   kContribution = 1,  // worker -> switch: k values for one slot
@@ -57,6 +62,7 @@ struct PacketHeader {
   uint16_t slot = 0;
   uint16_t element_count = 0;
   uint8_t version = 0;  // the pool version bit, 0 or 1
+  bool authenticated = false;  // a MAC follows the payload (see PacketAuthenticator)
   int16_t exponent = 0;
   int16_t next_exponent = 0;
 };
@@ -67,7 +73,7 @@ enum class DecodeError : uint8_t {
   kBadMagic,
   kBadVersion,       // wire version we do not speak
   kBadType,          // unknown message type
-  kLengthMismatch,   // bytes after the header != 4 * element_count
+  kLengthMismatch,   // bytes after the header != 4 * element_count (+ the MAC)
   kTooManyElements,  // element_count > kMaxElementsPerPacket
   kBadFlags,         // reserved flag bits or reserved byte set
 };
@@ -76,14 +82,20 @@ const char* DecodeErrorName(DecodeError e);
 
 // A validated view of a packet. `payload` points into the caller's buffer and
 // is valid only while that buffer is; it holds element_count big-endian words.
+// `tag` points to the MAC of an authenticated packet (else null).
 struct PacketView {
   PacketHeader header;
   const uint8_t* payload = nullptr;
+  const uint8_t* tag = nullptr;
 };
 
-// Bytes needed for a packet carrying `element_count` words.
+// Bytes needed for a packet carrying `element_count` words (without a MAC).
 constexpr size_t PacketBytes(uint16_t element_count) {
   return kHeaderBytes + 4u * element_count;
+}
+// Room for the largest packet of `element_count` words, MAC included.
+constexpr size_t MaxPacketBytes(uint16_t element_count) {
+  return PacketBytes(element_count) + kAuthTagBytes;
 }
 
 // Validates every field and fills `out`. Never reads outside `bytes`.

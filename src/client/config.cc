@@ -2,6 +2,8 @@
 
 #include <toml++/toml.h>
 
+#include "net/packet_auth.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -44,6 +46,8 @@ const Field kFields[] = {
      &ContextConfig::join_timeout_ms, 1, kMaxMs},
     {"socket_buffer_bytes", "UDP socket send and receive buffer size", nullptr,
      &ContextConfig::socket_buffer_bytes, 65536, 1u << 30},
+    {"auth_key", "job secret, 64 hex digits: authenticate every packet (empty: off)",
+     &ContextConfig::auth_key},
 };
 
 // A TOML basic string.
@@ -89,6 +93,9 @@ Status ContextConfig::Validate() const {
   }
   if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
+  if (!auth_key.empty()) {
+    if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
+  }
   if (rank >= world_size) {
     return InvalidArgument("rank=" + std::to_string(rank) + " must be less than world_size=" +
                            std::to_string(world_size));

@@ -6,6 +6,7 @@
 
 #include "client/worker_thread.h"
 #include "net/address.h"
+#include "net/packet_auth.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
 #include "switchml/wire_format.h"
@@ -54,6 +55,7 @@ struct Context::Impl {
   std::vector<std::unique_ptr<WorkerThread>> workers;
   std::atomic<bool> stopping{false};
   std::once_flag stop_once;
+  uint64_t token = 0;  // from the assignment, for Leave
 
   void FailAll(const Status& s) {
     for (auto& w : workers) w->Fail(s);
@@ -146,6 +148,11 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   request.set_elements_per_packet(config.elements_per_packet);
   request.set_pool_slots(config.pool_slots);
   request.set_join_timeout_ms(config.join_timeout_ms);
+  std::optional<net::AuthKey> secret;
+  if (!config.auth_key.empty()) {
+    secret = net::ParseAuthKey(config.auth_key).value();  // Validate() checked it
+    request.set_auth_key(std::string(secret->begin(), secret->end()));
+  }
 
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
@@ -163,6 +170,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     return Status(StatusCode::kInternal, "the switch sent no assignment for " + impl->job);
   }
   const auto& a = first.assignment();
+  impl->token = a.token();
   sockaddr_in data = control.value();
   data.sin_port = htons(uint16_t(a.data_port()));
 
@@ -184,7 +192,12 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
       impl->reader->Finish();
       return s;
     }
-    impl->workers.push_back(std::make_unique<WorkerThread>(e, std::move(sockets[t])));
+    std::optional<net::PacketAuthenticator> auth;
+    if (secret) {
+      auth.emplace(*secret, a.auth_salt(), a.job_id(),
+                   net::WorkerSenderId(uint16_t(config.rank), uint16_t(t)));
+    }
+    impl->workers.push_back(std::make_unique<WorkerThread>(e, std::move(sockets[t]), auth));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
   for (auto& w : context->impl_->workers) {
@@ -203,6 +216,17 @@ void Context::Stop() {
   std::call_once(impl_->stop_once, [this] {
     impl_->stopping.store(true);
     for (auto& w : impl_->workers) w->Stop();
+    if (impl_->token != 0) {
+      // End the job at once (the switch would also notice the stream closing).
+      control::v1::LeaveRequest leave;
+      leave.set_job_name(impl_->config.job_name);
+      leave.set_rank(impl_->config.rank);
+      leave.set_token(impl_->token);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      control::v1::LeaveReply reply;
+      (void)impl_->stub->Leave(&context, leave, &reply);
+    }
     impl_->stream.TryCancel();
     if (impl_->control_thread.joinable()) {
       impl_->control_thread.join();

@@ -19,21 +19,35 @@ Nanos Now() {
 
 }  // namespace
 
-// Batches the engine's packets for one sendmmsg on the connected socket.
+// Batches the engine's packets for one sendmmsg on the connected socket,
+// signing them when the job has a key.
 class WorkerThread::BatchSink : public PacketSink {
  public:
-  BatchSink(int fd, size_t packet_bytes) : fd_(fd), batch_(kBatch, packet_bytes) {}
-  void Send(std::span<const uint8_t> packet) override { batch_.Add(fd_, packet, nullptr); }
+  BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth)
+      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth), scratch_(packet_bytes) {}
+  void Send(std::span<const uint8_t> packet) override {
+    if (!auth_ || packet.size() + kAuthTagBytes > scratch_.size()) {
+      batch_.Add(fd_, packet, nullptr);
+      return;
+    }
+    std::copy(packet.begin(), packet.end(), scratch_.begin());
+    const size_t length = auth_->Sign(scratch_.data(), packet.size());
+    batch_.Add(fd_, std::span<const uint8_t>(scratch_.data(), length), nullptr);
+  }
   void Flush() { batch_.Flush(fd_); }
 
  private:
   int fd_;
   net::SendBatch batch_;
+  std::optional<net::PacketAuthenticator>& auth_;
+  std::vector<uint8_t> scratch_;
 };
 
-WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket)
+WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
+                           const std::optional<net::PacketAuthenticator>& auth)
     : engine_(engine),
       socket_(std::move(socket)),
+      auth_(auth),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 WorkerThread::~WorkerThread() {
@@ -106,9 +120,10 @@ void WorkerThread::DrainMailbox() {
 }
 
 void WorkerThread::Run() {
-  BatchSink sink(socket_.fd(), PacketBytes(engine_.config().elements_per_packet));
+  const size_t max_bytes = MaxPacketBytes(engine_.config().elements_per_packet);
+  BatchSink sink(socket_.fd(), max_bytes, auth_);
   // One extra byte tells a datagram that is too long from one that fits.
-  net::RecvBatch recv(kBatch, PacketBytes(engine_.config().elements_per_packet) + 1);
+  net::RecvBatch recv(kBatch, max_bytes + 1);
   pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
     DrainMailbox();
@@ -128,7 +143,13 @@ void WorkerThread::Run() {
       const int n = recv.Receive(socket_.fd());
       if (n == 0) break;
       now = Now();
-      for (int i = 0; i < n; ++i) engine_.OnPacket(recv.packet(i), now, sink);
+      for (int i = 0; i < n; ++i) {
+        if (auth_ && !auth_->Verify(recv.packet(i))) {
+          ++auth_failures_;  // forged, corrupted or from another registration
+          continue;
+        }
+        engine_.OnPacket(recv.packet(i), now, sink);
+      }
       sink.Flush();
     }
     const WorkerEngineCounters& c = engine_.counters();
@@ -136,7 +157,8 @@ void WorkerThread::Run() {
     retransmissions_.store(c.retransmissions, std::memory_order_relaxed);
     results_accepted_.store(c.results_accepted, std::memory_order_relaxed);
     duplicates_.store(c.duplicates, std::memory_order_relaxed);
-    invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid, std::memory_order_relaxed);
+    invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid + auth_failures_,
+                   std::memory_order_relaxed);
   }
   // Fail whatever is left (Stop() queued the failure before stopping us).
   DrainMailbox();

@@ -8,6 +8,9 @@
 #include <thread>
 #include <vector>
 
+#include <optional>
+
+#include "net/packet_auth.h"
 #include "net/udp_socket.h"
 #include "switchml/context.h"
 #include "switchml/worker_engine.h"
@@ -16,8 +19,10 @@ namespace switchml {
 
 class WorkerThread {
  public:
-  // `socket` is bound; Start() connects it to `switch_data`.
-  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket);
+  // `socket` is bound; Start() connects it to `switch_data`. With `auth`,
+  // outgoing packets are signed and received ones must verify.
+  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
+               const std::optional<net::PacketAuthenticator>& auth);
   ~WorkerThread();  // Stop()s
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -48,6 +53,8 @@ class WorkerThread {
 
   WorkerEngine engine_;
   net::UdpSocket socket_;
+  std::optional<net::PacketAuthenticator> auth_;
+  uint64_t auth_failures_ = 0;
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};

@@ -21,6 +21,7 @@ const char* DropReasonName(DropReason r) {
     case DropReason::kChunkMismatch: return "chunk_mismatch";
     case DropReason::kExponentMismatch: return "exponent_mismatch";
     case DropReason::kSourceMismatch: return "source_mismatch";
+    case DropReason::kBadMac: return "bad_mac";
   }
   return "unknown";
 }
@@ -203,6 +204,7 @@ size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHea
   const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
   PacketHeader h = in;
   h.type = MessageType::kPending;
+  h.authenticated = false;  // the transport signs what it sends
   h.chunk = chunk_[slot];
   h.element_count = words;
   h.exponent = 0;

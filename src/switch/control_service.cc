@@ -1,10 +1,12 @@
 #include "switch/control_service.h"
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 
-#include "net/address.h"
+#include "net/packet_auth.h"
+#include "switch/join_request.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -13,7 +15,6 @@ namespace {
 using control::v1::JobEvent;
 using namespace std::chrono_literals;
 
-constexpr auto kDefaultJoinTimeout = 60s;
 
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -45,47 +46,17 @@ void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
 }  // namespace
 
 ControlService::ControlService(DataThread* data, uint16_t data_port)
-    : data_(data), data_port_(data_port) {}
+    : data_(data), data_port_(data_port), token_source_(std::random_device{}()) {}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context,
                                   const control::v1::JoinRequest* req,
                                   grpc::ServerWriter<JobEvent>* writer) {
-  const std::string& name = req->job_name();
-  if (req->protocol_version() != kWireVersion) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the worker speaks wire version " + std::to_string(req->protocol_version()) +
-                            ", this switch " + std::to_string(kWireVersion) +
-                            "; run the same switchml release on workers and switch");
-  }
-  if (req->data_addresses_size() == 0 || req->data_addresses_size() > 1024) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "a worker needs 1..1024 data addresses (one per thread)");
-  }
-  const auto threads = uint16_t(req->data_addresses_size());
-  if (threads > req->pool_slots()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "rank " + std::to_string(req->rank()) + " has " + std::to_string(threads) +
-                            " threads but asks for only " + std::to_string(req->pool_slots()) +
-                            " pool slots; every thread needs at least one slot");
-  }
-  std::vector<sockaddr_in> addresses;
-  for (const std::string& a : req->data_addresses()) {
-    auto parsed = net::ParseAddress(a, 0);
-    if (!parsed.ok()) return ToGrpc(parsed.status());
-    if (parsed.value().sin_port == 0) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "data address '" + a + "' has no port");
-    }
-    addresses.push_back(parsed.value());
-  }
-  if (req->world_size() > 65534 || req->rank() >= req->world_size() ||
-      req->elements_per_packet() > 65535 || req->pool_slots() > 65535) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "rank=" + std::to_string(req->rank()) + ", world_size=" +
-                            std::to_string(req->world_size()) + ", elements_per_packet=" +
-                            std::to_string(req->elements_per_packet()) + " or pool_slots=" +
-                            std::to_string(req->pool_slots()) + " is out of range");
-  }
+  auto parsed = ParseJoinRequest(*req);
+  if (!parsed.ok()) return ToGrpc(parsed.status());
+  const ParsedJoin& join = parsed.value();
+  const std::string& name = join.request.job_name;
+  const auto threads = uint16_t(join.addresses.size());
+  const std::vector<sockaddr_in>& addresses = join.addresses;
   const auto rank = uint16_t(req->rank());
 
   std::unique_lock lock(mu_);
@@ -98,6 +69,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     entry->threads = threads;
     entry->addresses.resize(entry->world_size);
     entry->events.resize(entry->world_size);
+    entry->tokens.resize(entry->world_size);
+    entry->auth_key = join.auth_key;
   }
   const std::shared_ptr<Job> job = entry;
   auto forget_if_new = [&] {
@@ -110,12 +83,19 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
                             std::to_string(threads) + " threads, the job's other ranks " +
                             std::to_string(job->threads) + "; every rank must use the same number");
   }
+  // Constant-time: a guess's timing reveals nothing about the secret.
+  if (job->auth_key.size() != join.auth_key.size() ||
+      (!join.auth_key.empty() && sodium_memcmp(job->auth_key.data(), join.auth_key.data(),
+                                               join.auth_key.size()) != 0)) {
+    forget_if_new();
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "job '" + name + "': rank " + std::to_string(rank) +
+                            "'s auth_key differs from the job's (or only some ranks have one)");
+  }
   Status joined;
   std::optional<JobAssignment> assignment;
   data_->Execute([&] {
-    joined = data_->registry().Join({name, rank, uint16_t(req->world_size()),
-                                     uint16_t(req->elements_per_packet()),
-                                     uint16_t(req->pool_slots())});
+    joined = data_->registry().Join(join.request);
     if (joined.ok()) assignment = data_->registry().Assignment(name);
   });
   if (!joined.ok()) {
@@ -124,13 +104,22 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     return ToGrpc(joined);
   }
   job->addresses[rank] = addresses;
+  job->tokens[rank] = token_source_();
   spdlog::info("job '{}': rank {} joined from {}", name, rank, req->data_addresses(0));
   if (assignment) {
     std::vector<sockaddr_in> book;
     for (const auto& per_rank : job->addresses) book.insert(book.end(), per_rank.begin(), per_rank.end());
+    std::optional<net::PacketAuthenticator> auth;
+    if (!job->auth_key.empty()) {
+      job->auth_salt = net::RandomSalt();
+      net::AuthKey secret;
+      std::copy(job->auth_key.begin(), job->auth_key.end(), secret.begin());
+      auth.emplace(secret, job->auth_salt, assignment->id.value(), net::kSwitchSenderId);
+      sodium_memzero(secret.data(), secret.size());
+    }
     data_->Execute([&] {
       data_->InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
-                              job->threads, std::move(book));
+                              job->threads, std::move(book), auth);
     });
     job->assignment = assignment;
     spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet", name,
@@ -140,8 +129,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   }
 
   // The barrier: wait for every rank, the job's end, or this caller leaving.
-  const auto timeout = req->join_timeout_ms() ? std::chrono::milliseconds(req->join_timeout_ms())
-                                              : std::chrono::milliseconds(kDefaultJoinTimeout);
+  const auto timeout = join.join_timeout;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!job->assignment && !job->ended) {
     if (context->IsCancelled()) {
@@ -173,6 +161,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   a->set_elements_per_packet(job->assignment->elements_per_packet);
   a->set_pool_slots(job->assignment->pool_slots);
   a->set_data_port(data_port_);
+  a->set_token(job->tokens[rank]);
+  a->set_auth_salt(job->auth_salt);
   std::deque<JobEvent> outgoing{first};
   // Stream events until the job ends or this worker goes away.
   const std::string gone = "rank " + std::to_string(rank) +
@@ -199,6 +189,25 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   }
 }
 
+grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::LeaveRequest* req,
+                                   control::v1::LeaveReply*) {
+  std::lock_guard lock(mu_);
+  const auto it = jobs_.find(req->job_name());
+  if (it == jobs_.end()) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_name().substr(0, 64) + "'");
+  }
+  const std::shared_ptr<Job> job = it->second;
+  if (req->rank() >= job->tokens.size() || job->tokens[req->rank()] != req->token() ||
+      req->token() == 0) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "rank " + std::to_string(req->rank()) + " of job '" + job->name +
+                            "' did not present its token");
+  }
+  const std::string rank = std::to_string(req->rank());
+  EndLocked(job, int(req->rank()), "rank " + rank + " stopped (left the job)");
+  return grpc::Status::OK;
+}
+
 void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
                                const std::string& reason) {
   if (job->ended) return;
@@ -216,6 +225,7 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
     job->events[r].push_back(std::move(e));
   }
   if (auto it = jobs_.find(job->name); it != jobs_.end() && it->second == job) jobs_.erase(it);
+  if (!job->auth_key.empty()) sodium_memzero(job->auth_key.data(), job->auth_key.size());
   spdlog::info("job '{}' ended: {}", job->name, reason);
   changed_.notify_all();
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ class ControlService final : public control::v1::Control::Service {
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
+  grpc::Status Leave(grpc::ServerContext* context, const control::v1::LeaveRequest* request,
+                     control::v1::LeaveReply* reply) override;
   grpc::Status Stats(grpc::ServerContext* context, const control::v1::StatsRequest* request,
                      control::v1::StatsReply* reply) override;
 
@@ -38,6 +41,9 @@ class ControlService final : public control::v1::Control::Service {
     bool ended = false;
     std::string end_reason;
     std::vector<std::deque<control::v1::JobEvent>> events;  // per rank
+    std::vector<uint64_t> tokens;                            // per rank, for Leave
+    std::string auth_key;                                    // the first rank's secret
+    std::string auth_salt;                                   // with a secret
   };
 
   // Ends `job` (under mu_): frees it in the data plane, tells the other ranks.
@@ -48,6 +54,7 @@ class ControlService final : public control::v1::Control::Service {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
+  std::mt19937_64 token_source_;                       // guarded by mu_
 };
 
 }  // namespace switchml

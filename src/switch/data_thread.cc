@@ -18,9 +18,9 @@ DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket)
       registry_(&data_plane_),
       socket_(std::move(socket)),
       // One extra byte tells a datagram that is too long from one that fits.
-      recv_(kBatch, PacketBytes(config.max_elements_per_packet) + 1),
+      recv_(kBatch, MaxPacketBytes(config.max_elements_per_packet) + 1),
       send_(kBatch * config.max_workers, 0),
-      out_(kBatch * PacketBytes(config.max_elements_per_packet)),
+      out_(kBatch * MaxPacketBytes(config.max_elements_per_packet)),
       books_(config.max_jobs),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
@@ -72,7 +72,8 @@ void DataThread::RunCommands() {
 }
 
 void DataThread::InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots,
-                                  uint16_t threads, std::vector<sockaddr_in> addresses) {
+                                  uint16_t threads, std::vector<sockaddr_in> addresses,
+                                  const std::optional<net::PacketAuthenticator>& auth) {
   Book& b = books_[id.value() % books_.size()];
   b.active = true;
   b.id = id.value();
@@ -83,6 +84,7 @@ void DataThread::InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_s
     b.thread_of_slot[s] = uint16_t(((s + 1) * uint32_t(threads) - 1) / pool_slots);
   }
   b.addresses = std::move(addresses);
+  b.auth = auth;
 }
 
 void DataThread::RemoveAddresses(JobId id) {
@@ -117,7 +119,7 @@ void DataThread::Handle(std::span<const uint8_t> packet, const sockaddr_in& sour
     return;
   }
   const PacketHeader& h = view.header;
-  const Book& book = books_[h.job % books_.size()];
+  Book& book = books_[h.job % books_.size()];
   const bool known = book.active && book.id == h.job && h.rank < book.world_size &&
                      h.slot < book.thread_of_slot.size();
   // Only the registered socket of (rank, thread owning the slot) may speak
@@ -128,12 +130,17 @@ void DataThread::Handle(std::span<const uint8_t> packet, const sockaddr_in& sour
     data_plane_.CountDroppedPacket(h.job, DropReason::kSourceMismatch);
     return;
   }
-  const size_t out_bytes = PacketBytes(data_plane_.config().max_elements_per_packet);
+  if (known && book.auth && !book.auth->Verify(packet)) {
+    data_plane_.CountDroppedPacket(h.job, DropReason::kBadMac);
+    return;
+  }
+  const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   const std::span<uint8_t> out(&out_[out_used_ * out_bytes], out_bytes);
   const Verdict v = data_plane_.ProcessDecoded(view, out);
   if (v.action == Action::kDrop || !known) return;
   ++out_used_;
-  const std::span<const uint8_t> result(out.data(), v.out_bytes);
+  const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
+  const std::span<const uint8_t> result(out.data(), length);
   if (v.action == Action::kSendToAll) {
     const uint16_t t = book.thread_of_slot[h.slot];
     for (uint16_t r = 0; r < v.world_size; ++r) {

@@ -14,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include <optional>
+
+#include "net/packet_auth.h"
 #include "net/udp_socket.h"
 #include "switchml/data_plane.h"
 #include "switchml/job_registry.h"
@@ -38,8 +41,10 @@ class DataThread {
   JobRegistry& registry() { return registry_; }
   // Binds job `id` to its workers' addresses: addresses[rank * threads + t]
   // is rank's socket for thread t, which owns slots [t*S/T, (t+1)*S/T).
+  // With `auth`, the job's packets must carry a valid MAC, and results are signed.
   void InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
-                        std::vector<sockaddr_in> addresses);
+                        std::vector<sockaddr_in> addresses,
+                        const std::optional<net::PacketAuthenticator>& auth);
   void RemoveAddresses(JobId id);
   uint64_t packets_sent() const { return send_.sent(); }
   uint64_t send_errors() const { return send_.dropped(); }
@@ -52,6 +57,7 @@ class DataThread {
     uint16_t threads = 1;
     std::vector<uint16_t> thread_of_slot;
     std::vector<sockaddr_in> addresses;
+    std::optional<net::PacketAuthenticator> auth;
   };
   void Run();
   void RunCommands();

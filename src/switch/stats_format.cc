@@ -23,6 +23,16 @@ void Counters(std::string& out, const control::v1::Counters& c, const std::strin
   }
 }
 
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string LabelValue(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatPrometheus(const control::v1::StatsReply& s) {
@@ -37,7 +47,8 @@ std::string FormatPrometheus(const control::v1::StatsReply& s) {
   Line(out, "switchml_pool_slots", "", s.pool_slots());
   Line(out, "switchml_pool_free_slots", "", s.free_slots());
   for (const auto& j : s.jobs()) {
-    const std::string labels = "job=\"" + j.job_name() + "\"";
+    const std::string labels =
+        "job=\"" + LabelValue(j.job_name()) + "\",id=\"" + std::to_string(j.job_id()) + "\"";
     Line(out, "switchml_job_ranks_joined", labels, j.joined());
     Line(out, "switchml_job_active", labels, j.active());
     if (j.active()) Counters(out, j.counters(), labels);

@@ -36,9 +36,14 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   }
   const uint16_t count = LoadBe16(p + 16);
   if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
-  if (bytes.size() != PacketBytes(count)) return DecodeError::kLengthMismatch;
   const uint8_t flags = p[18];
-  if ((flags & ~kFlagVersionBit) != 0 || p[19] != 0) return DecodeError::kBadFlags;
+  if ((flags & ~(kFlagVersionBit | kFlagAuthenticated)) != 0 || p[19] != 0) {
+    return DecodeError::kBadFlags;
+  }
+  const bool authenticated = flags & kFlagAuthenticated;
+  if (bytes.size() != PacketBytes(count) + (authenticated ? kAuthTagBytes : 0)) {
+    return DecodeError::kLengthMismatch;
+  }
 
   PacketHeader& h = out->header;
   h.type = MessageType(type);
@@ -48,9 +53,11 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   h.slot = LoadBe16(p + 14);
   h.element_count = count;
   h.version = flags & kFlagVersionBit;
+  h.authenticated = authenticated;
   h.exponent = int16_t(LoadBe16(p + 20));
   h.next_exponent = int16_t(LoadBe16(p + 22));
   out->payload = p + kHeaderBytes;
+  out->tag = authenticated ? p + PacketBytes(count) : nullptr;
   return DecodeError::kOk;
 }
 
@@ -64,7 +71,7 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   StoreBe16(p + 12, h.rank);
   StoreBe16(p + 14, h.slot);
   StoreBe16(p + 16, h.element_count);
-  p[18] = h.version & kFlagVersionBit;
+  p[18] = uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0));
   p[19] = 0;
   StoreBe16(p + 20, uint16_t(h.exponent));
   StoreBe16(p + 22, uint16_t(h.next_exponent));

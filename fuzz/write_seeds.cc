@@ -1,0 +1,52 @@
+// Writes the seed corpora (fuzz/corpus/{packet,control}); run once by hand
+// when the formats change: write_seeds fuzz/corpus
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "switchml/control.pb.h"
+#include "switchml/wire_format.h"
+
+using namespace switchml;
+
+void Write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "fuzz/corpus";
+  int n = 0;
+  for (uint8_t type : {1, 2, 3}) {
+    for (uint16_t count : {0, 1, 32, 64}) {
+      PacketHeader h;
+      h.type = MessageType(type);
+      h.job = type == 3 ? 12 : 7;
+      h.rank = uint16_t(n % 4);
+      h.slot = uint16_t(n % 9);
+      h.chunk = uint32_t(n);
+      h.element_count = count;
+      h.version = n % 2;
+      h.next_exponent = int16_t(n - 5);
+      std::string b(PacketBytes(count), '\0');
+      EncodeHeader(h, std::span(reinterpret_cast<uint8_t*>(b.data()), b.size()));
+      for (size_t i = kHeaderBytes; i < b.size(); ++i) b[i] = char(i * 13);
+      Write(dir + "/packet/seed" + std::to_string(n++), b);
+    }
+  }
+  std::string sequence;
+  for (int i = 0; i < 6; ++i) {
+    control::v1::JoinRequest r;
+    r.set_protocol_version(kWireVersion);
+    r.set_job_name(i < 3 ? "a" : "b");
+    r.set_rank(uint32_t(i % 3));
+    r.set_world_size(3);
+    r.add_data_addresses("10.0.0." + std::to_string(i + 1) + ":4000");
+    r.set_elements_per_packet(256);
+    r.set_pool_slots(i < 3 ? 32 : 40);
+    const std::string bytes = r.SerializeAsString();
+    Write(dir + "/control/seed" + std::to_string(i), std::string(1, char(bytes.size())) + bytes);
+    sequence += std::string(1, char(bytes.size())) + bytes;
+  }
+  Write(dir + "/control/sequence", sequence);
+  return 0;
+}

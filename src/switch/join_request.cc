@@ -1,0 +1,79 @@
+#include "switch/join_request.h"
+
+#include <arpa/inet.h>
+
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+constexpr auto kDefaultJoinTimeout = std::chrono::seconds(60);
+constexpr int kMaxThreads = 1024;
+
+// "a.b.c.d:port" with a nonzero port; no name resolution.
+StatusOr<sockaddr_in> ParseNumericAddress(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  const std::string host = colon == std::string::npos ? text : text.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : text.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long p = port.empty() ? 0 : std::strtoul(port.c_str(), &end, 10);
+  if (colon == std::string::npos || port.empty() || *end != '\0' || p == 0 || p > 65535 ||
+      inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    return InvalidArgument("data address '" + text.substr(0, 64) +
+                           "' is not IPv4ADDRESS:PORT with a nonzero port");
+  }
+  a.sin_port = htons(uint16_t(p));
+  return a;
+}
+
+}  // namespace
+
+StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
+  if (req.protocol_version() != kWireVersion) {
+    return FailedPrecondition("the worker speaks wire version " +
+                              std::to_string(req.protocol_version()) + ", this switch " +
+                              std::to_string(kWireVersion) +
+                              "; run the same switchml release on workers and switch");
+  }
+  if (req.job_name().empty() || req.job_name().size() > 256) {
+    return InvalidArgument("job_name must have 1..256 characters");
+  }
+  if (req.data_addresses_size() == 0 || req.data_addresses_size() > kMaxThreads) {
+    return InvalidArgument("a worker needs 1.." + std::to_string(kMaxThreads) +
+                           " data addresses (one per thread)");
+  }
+  if (req.world_size() == 0 || req.world_size() > 65534 || req.rank() >= req.world_size() ||
+      req.elements_per_packet() > 65535 || req.pool_slots() == 0 || req.pool_slots() > 65535) {
+    return InvalidArgument("rank=" + std::to_string(req.rank()) + ", world_size=" +
+                           std::to_string(req.world_size()) + ", elements_per_packet=" +
+                           std::to_string(req.elements_per_packet()) + " or pool_slots=" +
+                           std::to_string(req.pool_slots()) + " is out of range");
+  }
+  if (!req.auth_key().empty() && req.auth_key().size() != 32) {
+    return InvalidArgument("auth_key must be empty or 32 bytes, not " +
+                           std::to_string(req.auth_key().size()));
+  }
+  ParsedJoin join;
+  join.auth_key = req.auth_key();
+  const size_t threads = size_t(req.data_addresses_size());
+  if (threads > req.pool_slots()) {
+    return InvalidArgument("rank " + std::to_string(req.rank()) + " has " +
+                           std::to_string(threads) + " threads but asks for only " +
+                           std::to_string(req.pool_slots()) +
+                           " pool slots; every thread needs at least one slot");
+  }
+  for (const std::string& text : req.data_addresses()) {
+    auto a = ParseNumericAddress(text);
+    if (!a.ok()) return a.status();
+    join.addresses.push_back(a.value());
+  }
+  join.request = JobRequest{req.job_name(), uint16_t(req.rank()), uint16_t(req.world_size()),
+                            uint16_t(req.elements_per_packet()), uint16_t(req.pool_slots())};
+  join.join_timeout = req.join_timeout_ms() ? std::chrono::milliseconds(req.join_timeout_ms())
+                                            : std::chrono::milliseconds(kDefaultJoinTimeout);
+  return join;
+}
+
+}  // namespace switchml
