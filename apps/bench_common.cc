@@ -1,6 +1,7 @@
 #include "bench_common.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,6 +189,8 @@ namespace switchml::bench {
 
 int RunLocalWorkers(uint32_t world,
                     const std::function<std::vector<std::string>(uint32_t)>& argv_of) {
+  // A reader that goes away must not kill us before we stop our children.
+  signal(SIGPIPE, SIG_IGN);
   std::vector<pid_t> pids(world);
   std::vector<int> fds(world);
   for (uint32_t r = 0; r < world; ++r) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "switchml/status.h"
 
@@ -43,6 +44,8 @@ struct ContextConfig {
   static StatusOr<ContextConfig> FromTomlString(const std::string& text);
   // The whole configuration as TOML, with each field's documentation.
   std::string ToToml() const;
+  // The names Set() and TOML files accept.
+  static std::vector<std::string> FieldNames();
 };
 
 }  // namespace switchml

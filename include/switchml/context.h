@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -39,6 +40,10 @@ class Job {
   bool done() const;
   // REQUIRES: done().
   Status status() const;
+  // Runs `callback` with the final status once the all-reduce has finished:
+  // at once if it already has, else on a Context I/O thread (keep it short;
+  // it must not wait for other jobs of the same Context).
+  void OnDone(std::function<void(const Status&)> callback);
 
   // For the library: records the end of one of `parts` pieces.
   explicit Job(int parts) : remaining_(parts) {}
@@ -49,6 +54,7 @@ class Job {
   std::condition_variable cv_;
   int remaining_;
   Status status_;
+  std::function<void(const Status&)> on_done_;
 };
 
 // Protocol counters summed over a Context's threads.

@@ -182,6 +182,12 @@ StatusOr<ContextConfig> ContextConfig::FromTomlString(const std::string& text) {
   return FromTomlString(text, ContextConfig{});
 }
 
+std::vector<std::string> ContextConfig::FieldNames() {
+  std::vector<std::string> names;
+  for (const Field& f : kFields) names.push_back(f.name);
+  return names;
+}
+
 std::string ContextConfig::ToToml() const {
   std::string out;
   for (const Field& f : kFields) {

@@ -16,9 +16,30 @@ namespace switchml {
 // ---- Job ----
 
 void Job::PartDone(const Status& status) {
-  std::lock_guard lock(mu_);
-  if (!status.ok() && status_.ok()) status_ = status;
-  if (--remaining_ == 0) cv_.notify_all();
+  std::function<void(const Status&)> callback;
+  Status final_status;
+  {
+    std::lock_guard lock(mu_);
+    if (!status.ok() && status_.ok()) status_ = status;
+    if (--remaining_ != 0) return;
+    cv_.notify_all();
+    callback.swap(on_done_);
+    final_status = status_;
+  }
+  if (callback) callback(final_status);
+}
+
+void Job::OnDone(std::function<void(const Status&)> callback) {
+  Status final_status;
+  {
+    std::lock_guard lock(mu_);
+    if (remaining_ > 0) {
+      on_done_ = std::move(callback);
+      return;
+    }
+    final_status = status_;
+  }
+  callback(final_status);
 }
 
 Status Job::Wait() {

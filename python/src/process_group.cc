@@ -1,0 +1,244 @@
+#include "process_group.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+
+namespace switchml::torch_backend {
+namespace {
+
+// A Work whose completion comes from a switchml Job; its Future carries the
+// output tensors (what DDP's communication hooks expect).
+class SwitchMLWork : public c10d::Work {
+ public:
+  SwitchMLWork(std::vector<at::Tensor> outputs, c10d::OpType type)
+      : c10d::Work(-1, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  void Complete(const Status& status) {
+    if (status.ok()) {
+      future_->markCompleted(c10::IValue(outputs_));
+      finish();
+    } else {
+      auto error = std::make_exception_ptr(std::runtime_error("switchml: " + status.ToString()));
+      future_->setError(error);
+      finish(error);
+    }
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+ContextConfig ConfigFromEnvironment() {
+  ContextConfig config;
+  if (const char* path = std::getenv("SWITCHML_CONFIG")) {
+    auto loaded = ContextConfig::FromTomlFile(path);
+    TORCH_CHECK(loaded.ok(), "switchml: ", loaded.status().message());
+    config = loaded.value();
+  }
+  for (const std::string& name : ContextConfig::FieldNames()) {
+    std::string variable = "SWITCHML_";
+    for (char c : name) variable += char(std::toupper(uint8_t(c)));
+    if (const char* value = std::getenv(variable.c_str())) {
+      const Status s = config.Set(name, value);
+      TORCH_CHECK(s.ok(), "switchml: ", variable, ": ", s.message());
+    }
+  }
+  return config;
+}
+
+// Bytes of a tensor as whole int32 words (the tail zero-padded).
+size_t Words(const at::Tensor& t) { return (t.nbytes() + 3) / 4; }
+
+bool IsDenseCpu(const at::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == c10::kStrided && !t.is_complex();
+}
+
+}  // namespace
+
+ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                           int size, std::chrono::milliseconds timeout,
+                                           c10::intrusive_ptr<c10d::ProcessGroup> fallback)
+    : c10d::ProcessGroup(rank, size), fallback_(std::move(fallback)) {
+  ContextConfig config = ConfigFromEnvironment();
+  // Rank 0 names the job; the store (already namespaced per process group)
+  // carries the name to the others, so concurrent groups never collide.
+  static std::atomic<int> groups{0};
+  const std::string key = "switchml_job_name";
+  if (rank == 0) {
+    char host[256] = "host";
+    gethostname(host, sizeof(host) - 1);
+    const std::string name = config.job_name + "-" + host + "-" + std::to_string(getpid()) + "-" +
+                             std::to_string(groups++);
+    store->set(key, std::vector<uint8_t>(name.begin(), name.end()));
+  }
+  const std::vector<uint8_t> name = store->get(key);
+  config.job_name.assign(name.begin(), name.end());
+  config.rank = uint32_t(rank);
+  config.world_size = uint32_t(size);
+  config.join_timeout_ms = uint32_t(std::min<int64_t>(timeout.count(), 24 * 3600 * 1000));
+  auto context = Context::Start(config);
+  TORCH_CHECK(context.ok(), "switchml: ", context.status().ToString());
+  context_ = std::move(context).value();
+  init();
+}
+
+ProcessGroupSwitchML::~ProcessGroupSwitchML() {
+  if (context_) context_->Stop();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t count, DType dtype,
+                                                            std::vector<at::Tensor> outputs,
+                                                            c10d::OpType type,
+                                                            std::function<void()> done) {
+  auto work = c10::make_intrusive<SwitchMLWork>(std::move(outputs), type);
+  std::shared_ptr<Job> job = context_->AllReduceAsync(data, data, count, dtype);
+  job->OnDone([work, done = std::move(done)](const Status& status) {
+    if (status.ok() && done) done();
+    work->Complete(status);
+  });
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
+  const bool eligible = tensors.size() == 1 && opts.reduceOp == c10d::ReduceOp::SUM &&
+                        IsDenseCpu(tensors[0]);
+  const auto type = eligible ? tensors[0].scalar_type() : c10::ScalarType::Undefined;
+  if (type != at::kFloat && type != at::kInt && type != at::kHalf && type != at::kBFloat16) {
+    return fallback_->allreduce(tensors, opts);
+  }
+  at::Tensor t = tensors[0];
+  const bool integer = type == at::kInt;
+  // float32 and int32 tensors are reduced in place; others through a copy.
+  const bool direct = (type == at::kFloat || integer) && t.is_contiguous();
+  at::Tensor buffer = direct ? t : t.to(integer ? at::kInt : at::kFloat).contiguous();
+  std::function<void()> copy_back;
+  if (!direct) copy_back = [t, buffer]() mutable { t.copy_(buffer); };
+  return Submit(buffer.data_ptr(), size_t(buffer.numel()), integer ? DType::kInt32 : DType::kFloat32,
+                tensors, c10d::OpType::ALLREDUCE, std::move(copy_back));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
+  if (tensors.size() != 1 || !IsDenseCpu(tensors[0]) || opts.rootTensor != 0) {
+    return fallback_->broadcast(tensors, opts);
+  }
+  // The root's bytes as int32 words plus zeros from every other rank: an
+  // exact sum, whatever the dtype.
+  at::Tensor t = tensors[0];
+  at::Tensor words = at::zeros({int64_t(Words(t))}, at::kInt);
+  if (getRank() == int(opts.rootRank)) {
+    std::memcpy(words.data_ptr(), t.contiguous().data_ptr(), t.nbytes());
+  }
+  return Submit(words.data_ptr(), size_t(words.numel()), DType::kInt32, tensors,
+                c10d::OpType::BROADCAST, [t, words]() mutable {
+                  at::Tensor result = at::empty_like(t, at::MemoryFormat::Contiguous);
+                  std::memcpy(result.data_ptr(), words.data_ptr(), t.nbytes());
+                  t.copy_(result);
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  bool eligible = inputs.size() == 1 && outputs.size() == 1 &&
+                  outputs[0].size() == size_t(getSize()) && IsDenseCpu(inputs[0]);
+  for (size_t r = 0; eligible && r < outputs[0].size(); ++r) {
+    eligible = IsDenseCpu(outputs[0][r]) && outputs[0][r].nbytes() == inputs[0].nbytes();
+  }
+  if (!eligible) return fallback_->allgather(outputs, inputs, opts);
+  // Each rank writes its bytes into its own block of zeros; the sum is every
+  // rank's block, exactly.
+  const size_t block = Words(inputs[0]);
+  at::Tensor words = at::zeros({int64_t(block * size_t(getSize()))}, at::kInt);
+  std::memcpy(static_cast<int32_t*>(words.data_ptr()) + block * size_t(getRank()),
+              inputs[0].contiguous().data_ptr(), inputs[0].nbytes());
+  std::vector<at::Tensor> results = outputs[0];
+  return Submit(words.data_ptr(), size_t(words.numel()), DType::kInt32, results,
+                c10d::OpType::ALLGATHER, [results, words, block]() mutable {
+                  for (size_t r = 0; r < results.size(); ++r) {
+                    at::Tensor part = at::empty_like(results[r], at::MemoryFormat::Contiguous);
+                    std::memcpy(part.data_ptr(), static_cast<int32_t*>(words.data_ptr()) + block * r,
+                                part.nbytes());
+                    results[r].copy_(part);
+                  }
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::BarrierOptions&) {
+  at::Tensor token = at::zeros({1}, at::kInt);
+  return Submit(token.data_ptr(), 1, DType::kInt32, {token}, c10d::OpType::BARRIER, {});
+}
+
+// ---- delegated to Gloo ----
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  return fallback_->allreduce_coalesced(tensors, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  return fallback_->reduce(tensors, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  return fallback_->_allgather_base(output, input, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  return fallback_->allgather_coalesced(outputs, inputs, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  return fallback_->gather(outputs, inputs, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  return fallback_->scatter(outputs, inputs, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  return fallback_->reduce_scatter(outputs, inputs, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  return fallback_->_reduce_scatter_base(output, input, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  return fallback_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::alltoall(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllToAllOptions& opts) {
+  return fallback_->alltoall(outputs, inputs, opts);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::send(std::vector<at::Tensor>& tensors, int dst,
+                                                          int tag) {
+  return fallback_->send(tensors, dst, tag);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recv(std::vector<at::Tensor>& tensors, int src,
+                                                          int tag) {
+  return fallback_->recv(tensors, src, tag);
+}
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                   int tag) {
+  return fallback_->recvAnysource(tensors, tag);
+}
+
+}  // namespace switchml::torch_backend

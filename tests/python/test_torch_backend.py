@@ -1,0 +1,155 @@
+"""The "switchml" torch.distributed backend, with real processes and a real switch.
+
+Run with Debian's python3 (where python3-torch lives) and PYTHONPATH set to
+the build's python/ directory; CTest does both.
+"""
+import multiprocessing
+import os
+import sys
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_test_util import Switch, free_port  # noqa: E402
+
+SHAPES = [(), (1,), (7,), (3, 5), (1000,), (257, 3), (2, 3, 4, 5)]
+DTYPES = [torch.float32, torch.int32, torch.float16, torch.bfloat16]
+
+
+def init(rank, world, port, backend="switchml"):
+    import switchml_torch  # noqa: F401  (registers the backend)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group(backend, rank=rank, world_size=world)
+
+
+def value(shape, dtype, rank):
+    g = torch.Generator().manual_seed(1000 + rank)
+    if dtype == torch.int32:
+        return torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int32)
+    return (torch.randn(shape, generator=g) * (rank + 1)).to(dtype)
+
+
+def allreduce_worker(rank, world, port):
+    init(rank, world, port)
+    gloo = dist.new_group(backend="gloo")
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            x = value(shape, dtype, rank)
+            # Gloo cannot sum bfloat16; the reference for 16-bit types is
+            # Gloo's float32 sum of the same values.
+            ours = x.clone()
+            theirs = x.clone() if dtype in (torch.float32, torch.int32) else x.float()
+            dist.all_reduce(ours)
+            dist.all_reduce(theirs, group=gloo)
+            what = f"shape {shape} dtype {dtype}"
+            if dtype == torch.int32:
+                assert torch.equal(ours, theirs), what
+            elif dtype == torch.float32:
+                # Quantization: n/(2f) with f about 2^31/(n 2^e), i.e. about
+                # n^2 2^-32 |x|max; Gloo's float32 additions: about n 2^-24 of
+                # the magnitude. Both well inside 2^-20 of n |x|max.
+                scale = max(1.0, float(x.abs().max())) * world
+                torch.testing.assert_close(ours, theirs, rtol=0, atol=scale * 2.0**-20, msg=what)
+            else:  # summed in float32, then one rounding to the 16-bit type: at most
+                # one unit in the last place apart (2^-7 for bfloat16, 2^-10 for float16)
+                ulp = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
+                scale = max(1.0, float(x.float().abs().max())) * world
+                torch.testing.assert_close(ours.float(), theirs, rtol=ulp,
+                                           atol=scale * 2.0**-20, msg=what)
+    # Non-contiguous tensors, other reductions and collectives.
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * (rank + 1)
+    expected = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * sum(range(1, world + 1))
+    dist.all_reduce(t)
+    torch.testing.assert_close(t, expected)
+    m = torch.tensor([float(rank)])
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)  # Gloo fallback
+    assert m.item() == world - 1
+    b = torch.full((5,), float(rank), dtype=torch.float64)
+    dist.broadcast(b, src=world - 1)
+    assert torch.equal(b, torch.full((5,), float(world - 1), dtype=torch.float64))
+    out = [torch.zeros(3, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(out, torch.tensor([rank, rank * 7, -rank]))
+    assert all(torch.equal(out[r], torch.tensor([r, r * 7, -r])) for r in range(world))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def ddp_worker(rank, world, port, backend, out_dir):
+    init(rank, world, port, backend)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.01)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(5):
+        x = torch.randn(16, 32, generator=g)
+        y = torch.randint(0, 4, (16,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    torch.save(flat, os.path.join(out_dir, f"{backend}-{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def dying_worker(rank, world, port, queue):
+    os.environ["SWITCHML_FAILURE_TIMEOUT_MS"] = "5000"
+    init(rank, world, port)
+    if rank == 1:
+        os._exit(0)  # leaves without a word
+    try:
+        t = torch.ones(4_000_000)
+        for _ in range(1000):
+            dist.all_reduce(t)
+        queue.put("no error")
+    except RuntimeError as e:
+        queue.put(str(e))
+
+
+class TorchBackendTest(unittest.TestCase):
+    def test_allreduce_of_many_shapes_and_dtypes_equals_gloo(self):
+        with Switch() as sw:
+            os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+            mp.spawn(allreduce_worker, args=(3, free_port()), nprocs=3)
+
+    def test_ddp_parameters_identical_on_every_rank_and_close_to_gloo(self):
+        world = 4
+        with tempfile.TemporaryDirectory() as out, Switch() as sw:
+            os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+            for backend in ("switchml", "gloo"):
+                mp.spawn(ddp_worker, args=(world, free_port(), backend, out), nprocs=world)
+            ours = [torch.load(os.path.join(out, f"switchml-{r}.pt")) for r in range(world)]
+            gloo = torch.load(os.path.join(out, "gloo-0.pt"))
+        for r in range(1, world):
+            self.assertTrue(torch.equal(ours[r], ours[0]), f"rank {r} differs from rank 0")
+        torch.testing.assert_close(ours[0], gloo, rtol=0, atol=1e-5)
+
+    def test_unreachable_switch_raises(self):
+        os.environ["SWITCHML_SWITCH_ADDRESS"] = "127.0.0.1:1"
+        import switchml_torch  # noqa: F401
+        store = dist.HashStore()
+        with self.assertRaisesRegex(RuntimeError, "cannot reach the switch"):
+            switchml_torch._create_process_group(store, 0, 1, __import__("datetime").timedelta(seconds=5))
+
+    def test_a_dying_rank_raises_in_the_others(self):
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        with Switch() as sw:
+            os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+            port = free_port()
+            procs = [ctx.Process(target=dying_worker, args=(r, 2, port, queue)) for r in range(2)]
+            for p in procs:
+                p.start()
+            message = queue.get(timeout=120)
+            for p in procs:
+                p.join(timeout=60)
+        self.assertIn("rank 1", message)
+
+
+if __name__ == "__main__":
+    unittest.main()
