@@ -187,6 +187,30 @@ std::string SelfDirectory() {
 
 namespace switchml::bench {
 
+nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t rank,
+                          uint64_t bytes, const std::string& dtype,
+                          const std::vector<double>& times, const Verification& v,
+                          const std::string& digest) {
+  const Timing t = Summarize(times);
+  return {
+      {"system", system},
+      {"workers", workers},
+      {"rank", rank},
+      {"bytes", bytes},
+      {"dtype", dtype},
+      {"reps", times.size()},
+      {"times_s", times},
+      {"median_s", t.median_s},
+      {"min_s", t.min_s},
+      {"max_s", t.max_s},
+      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
+      {"max_abs_error", v.max_abs_error},
+      {"error_bound", v.error_bound},
+      {"within_bound", v.within_bound},
+      {"result_digest", digest},
+  };
+}
+
 int RunLocalWorkers(uint32_t world,
                     const std::function<std::vector<std::string>(uint32_t)>& argv_of) {
   // A reader that goes away must not kill us before we stop our children.

@@ -53,8 +53,17 @@ std::string SelfDirectory();
 }  // namespace switchml::bench
 
 #include <functional>
+#include <nlohmann/json.hpp>
 
 namespace switchml::bench {
+
+// The fields every benchmark's result line has: system, workers, rank,
+// bytes, dtype, reps, times_s, median_s, min_s, max_s, goodput_gbps,
+// max_abs_error, error_bound, within_bound, result_digest.
+nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t rank,
+                          uint64_t bytes, const std::string& dtype,
+                          const std::vector<double>& times, const Verification& v,
+                          const std::string& digest);
 
 // Runs `world` worker processes, worker r started as argv_of(r), and waits
 // for all. Each must print one JSON object as its last stdout line. Prints

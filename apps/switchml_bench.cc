@@ -96,31 +96,15 @@ int RunWorker(const Options& o) {
       is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
                                     o.world, config.elements_per_packet, true)
                : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, o.world);
-  const bench::Timing t = bench::Summarize(times);
   const ContextCounters c = ctx.counters();
-  nlohmann::json j = {
-      {"system", "switchml"},
-      {"workers", o.world},
-      {"rank", o.rank},
-      {"bytes", bytes},
-      {"dtype", o.dtype},
-      {"reps", o.reps},
-      {"times_s", times},
-      {"median_s", t.median_s},
-      {"min_s", t.min_s},
-      {"max_s", t.max_s},
-      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
-      {"max_abs_error", v.max_abs_error},
-      {"error_bound", v.error_bound},
-      {"within_bound", v.within_bound},
-      {"result_digest", bench::Digest(out.data(), bytes)},
-      {"elements_per_packet", config.elements_per_packet},
-      {"pool_slots", config.pool_slots},
-      {"threads", config.threads},
-      {"authenticated", !config.auth_key.empty()},
-      {"packets_sent", c.packets_sent},
-      {"retransmissions", c.retransmissions},
-  };
+  nlohmann::json j = bench::ResultJson("switchml", o.world, o.rank, bytes, o.dtype, times, v,
+                                       bench::Digest(out.data(), bytes));
+  j["elements_per_packet"] = config.elements_per_packet;
+  j["pool_slots"] = config.pool_slots;
+  j["threads"] = config.threads;
+  j["authenticated"] = !config.auth_key.empty();
+  j["packets_sent"] = c.packets_sent;
+  j["retransmissions"] = c.retransmissions;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;
 }

@@ -88,25 +88,9 @@ int RunWorker(const Options& o) {
       is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed, o.world,
                                     o.block, false)
                : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, o.world);
-  const bench::Timing t = bench::Summarize(times);
-  nlohmann::json j = {
-      {"system", "gloo"},
-      {"algorithm", "ring"},
-      {"workers", o.world},
-      {"rank", o.rank},
-      {"bytes", bytes},
-      {"dtype", o.dtype},
-      {"reps", o.reps},
-      {"times_s", times},
-      {"median_s", t.median_s},
-      {"min_s", t.min_s},
-      {"max_s", t.max_s},
-      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
-      {"max_abs_error", v.max_abs_error},
-      {"error_bound", v.error_bound},
-      {"within_bound", v.within_bound},
-      {"result_digest", bench::Digest(out.data(), bytes)},
-  };
+  nlohmann::json j = bench::ResultJson("gloo", o.world, o.rank, bytes, o.dtype, times, v,
+                                       bench::Digest(out.data(), bytes));
+  j["algorithm"] = "ring";
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;
 }
