@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "quantize/kernels.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -122,6 +124,58 @@ TEST(Quantize, Int32PassesThroughInNetworkOrder) {
   std::vector<int32_t> back(x.size());
   Int32FromBigEndian(be.data(), x.size(), back.data());
   EXPECT_EQ(back, x);
+}
+
+}  // namespace
+}  // namespace switchml
+
+namespace switchml {
+namespace {
+
+// Every SIMD kernel set must agree with the scalar reference bit for bit, on
+// every length (tails included), scale and special value.
+TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
+  const kernels::QuantizeKernels* simd = kernels::Avx2();
+  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 64, 255, 1024, 1027}) {
+    for (int scale : {-140, -30, 0, 20, 100}) {
+      std::vector<float> x(n);
+      for (float& v : x) v = normal(rng) * std::ldexp(1.0f, scale);
+      if (n > 3) {
+        x[1] = 0.0f, x[2] = -0.0f, x[3] = std::numeric_limits<float>::denorm_min();
+      }
+      EXPECT_EQ(simd->block_exponent(x.data(), n), kernels::kScalar.block_exponent(x.data(), n));
+      const int e = std::max<int>(kernels::kScalar.block_exponent(x.data(), n), kMinExponent);
+      if (e > kMaxExponent) continue;
+      for (int world : {1, 3, 64}) {
+        const BlockScale s = MakeBlockScale(e, world);
+        std::vector<uint8_t> a(4 * n), b(4 * n);
+        simd->quantize(x.data(), n, s, a.data());
+        kernels::kScalar.quantize(x.data(), n, s, b.data());
+        ASSERT_EQ(a, b) << "quantize n=" << n << " scale=" << scale << " world=" << world;
+        // Dequantize arbitrary integer sums, not only the ones above.
+        for (auto& byte : a) byte = uint8_t(rng());
+        std::vector<float> fa(n), fb(n);
+        simd->dequantize(a.data(), n, s, fa.data());
+        kernels::kScalar.dequantize(a.data(), n, s, fb.data());
+        ASSERT_EQ(0, n ? std::memcmp(fa.data(), fb.data(), 4 * n) : 0) << "dequantize n=" << n;
+      }
+    }
+  }
+  // NaN and Inf anywhere, including in the SIMD body and in the tail.
+  for (size_t at : {0, 5, 8, 20}) {
+    std::vector<float> x(21, 1.0f);
+    x[at] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(simd->block_exponent(x.data(), x.size()), kNonFiniteExponent) << at;
+    x[at] = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(simd->block_exponent(x.data(), x.size()), kNonFiniteExponent) << at;
+  }
+}
+
+TEST(QuantizeKernels, TheBestAvailableSetIsInUse) {
+  EXPECT_STREQ(kernels::Best().name, kernels::Avx2() ? "avx2" : "scalar");
 }
 
 }  // namespace

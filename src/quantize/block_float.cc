@@ -1,12 +1,16 @@
 #include <cmath>
 #include <cstring>
 
+#include "quantize/kernels.h"
 #include "switchml/quantize.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
 
-int16_t BlockExponent(const float* x, size_t n) {
+namespace kernels {
+namespace {
+
+int16_t BlockExponentScalar(const float* x, size_t n) {
   // For non-negative floats the bit patterns order like the values, so an
   // integer max over |x|'s bits finds the largest magnitude, and any bits at
   // or above the infinity pattern mean NaN or Inf. Branch-free; vectorizes.
@@ -24,12 +28,7 @@ int16_t BlockExponent(const float* x, size_t n) {
   return int16_t(e < kMinExponent ? kMinExponent : e);
 }
 
-BlockScale MakeBlockScale(int e_max, int world_size) {
-  const double q = std::floor(2147483647.0 / world_size);
-  return BlockScale{std::ldexp(q, -e_max), std::ldexp(1.0, e_max) / q};
-}
-
-void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
+void QuantizeScalar(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
   // Adding and subtracting 1.5 * 2^52 rounds a double of magnitude below 2^51
   // to an integer, half to even (the default rounding mode), exactly like
   // nearbyint and the SIMD conversions; |x * f| < 2^31 here.
@@ -40,10 +39,42 @@ void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* ds
   }
 }
 
-void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
+void DequantizeScalar(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
   for (size_t i = 0; i < n; ++i) {
     out[i] = float(double(int32_t(LoadBe32(src_be + 4 * i))) * scale.inverse);
   }
+}
+
+}  // namespace
+
+const QuantizeKernels kScalar = {"scalar", BlockExponentScalar, QuantizeScalar, DequantizeScalar};
+
+#if SWITCHML_HAVE_AVX2
+const QuantizeKernels* Avx2() { return __builtin_cpu_supports("avx2") ? &kAvx2 : nullptr; }
+#else
+const QuantizeKernels* Avx2() { return nullptr; }
+#endif
+
+const QuantizeKernels& Best() {
+  static const QuantizeKernels& best = Avx2() != nullptr ? *Avx2() : kScalar;
+  return best;
+}
+
+}  // namespace kernels
+
+int16_t BlockExponent(const float* x, size_t n) { return kernels::Best().block_exponent(x, n); }
+
+BlockScale MakeBlockScale(int e_max, int world_size) {
+  const double q = std::floor(2147483647.0 / world_size);
+  return BlockScale{std::ldexp(q, -e_max), std::ldexp(1.0, e_max) / q};
+}
+
+void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
+  kernels::Best().quantize(x, n, scale, dst_be);
+}
+
+void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
+  kernels::Best().dequantize(src_be, n, scale, out);
 }
 
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be) {
