@@ -1,0 +1,54 @@
+# Shared by the network-namespace benchmarks (bench/netns_*): a private
+# network of hosts on one bridge, 10.99.0.x addresses that exist only inside
+# the namespaces. Source it, call netns_init TAG, then netns_host NAME ADDR
+# for each host. Everything is removed on exit.
+#
+# Needs root, iproute2; the caller checks and exits 77 (skipped) otherwise.
+
+netns_init() {
+  NETNS_TAG=$1
+  NETNS_BRIDGE=$NETNS_TAG-br
+  NETNS_PIDS=()
+  trap netns_cleanup EXIT
+  ip netns add "$NETNS_BRIDGE" 2>/dev/null || { echo "SKIPPED: cannot create network namespaces" >&2; exit 77; }
+  ip netns exec "$NETNS_BRIDGE" ip link add br0 type bridge
+  ip netns exec "$NETNS_BRIDGE" ip link set br0 up
+}
+
+# netns_host NAME ADDRESS [MTU]: namespace $NETNS_TAG-NAME with eth0 at
+# ADDRESS/24 on the bridge. The bridge side of its link is $NETNS_TAG-NAMEb.
+netns_host() {
+  local name=$1 addr=$2 mtu=${3:-9000} ns=$NETNS_TAG-$1
+  ip netns add "$ns"
+  ip link add "$NETNS_TAG-$name" type veth peer name "$NETNS_TAG-${name}b"
+  ip link set "$NETNS_TAG-$name" netns "$ns"
+  ip link set "$NETNS_TAG-${name}b" netns "$NETNS_BRIDGE"
+  ip netns exec "$NETNS_BRIDGE" ip link set "$NETNS_TAG-${name}b" master br0 mtu "$mtu" up
+  ip netns exec "$ns" ip link set lo up
+  ip netns exec "$ns" ip link set "$NETNS_TAG-$name" name eth0
+  ip netns exec "$ns" ip link set eth0 mtu "$mtu" up
+  ip netns exec "$ns" ip addr add "$addr/24" dev eth0
+}
+
+# netns_shape NAME RATE: limits host NAME's link to RATE (tc syntax, e.g.
+# 200mbit) in both directions, with a token bucket on each end of its veth.
+netns_shape() {
+  local name=$1 rate=$2
+  ip netns exec "$NETNS_TAG-$name" tc qdisc replace dev eth0 root tbf rate "$rate" burst 256kb latency 200ms
+  ip netns exec "$NETNS_BRIDGE" tc qdisc replace dev "$NETNS_TAG-${name}b" root tbf rate "$rate" burst 256kb latency 200ms
+}
+
+# netns_background NAME COMMAND...: runs COMMAND in host NAME, stopped on exit.
+netns_background() {
+  local name=$1
+  shift
+  ip netns exec "$NETNS_TAG-$name" "$@" &
+  NETNS_PIDS+=($!)
+}
+
+netns_cleanup() {
+  for pid in "${NETNS_PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$NETNS_TAG-"); do ip netns del "$ns"; done
+  [[ -n ${NETNS_CLEANUP_EXTRA:-} ]] && eval "$NETNS_CLEANUP_EXTRA"
+  return 0
+}
