@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <random>
 #include <regex>
 
@@ -94,6 +95,22 @@ TEST(SwitchResources, JobThatDoesNotFitIsRefusedClearly) {
       << c.status().message();
 }
 
+// Datagrams the kernel dropped because a UDP socket's receive buffer was
+// full (this network namespace, all sockets).
+int64_t UdpReceiveBufferErrors() {
+  std::ifstream snmp("/proc/net/snmp");
+  std::string header, values;
+  while (std::getline(snmp, header) && std::getline(snmp, values)) {
+    if (header.rfind("Udp:", 0) != 0) continue;
+    std::istringstream names(header), numbers(values);
+    std::string name, number;
+    while (names >> name && numbers >> number) {
+      if (name == "RcvbufErrors") return std::stoll(number);
+    }
+  }
+  return 0;
+}
+
 // Sends hostile datagrams to the switch from a socket no job registered.
 class Sprayer {
  public:
@@ -158,6 +175,7 @@ TEST(SwitchSecurity, SprayDuringAJobChangesNothingAndEveryDropIsCounted) {
   std::map<std::string, int64_t> expected;
   std::mt19937_64 rng(7);
   std::atomic<bool> spraying{true};
+  const int64_t kernel_drops_before = UdpReceiveBufferErrors();
   std::thread sprayer([&] {
     Sprayer s(sw->data_port());
     for (int i = 0; spraying.load() || i < 20000; ++i) {
@@ -210,11 +228,21 @@ TEST(SwitchSecurity, SprayDuringAJobChangesNothingAndEveryDropIsCounted) {
   attacked = run();
   for (uint32_t r = 0; r < kWorld; ++r) EXPECT_EQ(attacked[r], clean[r]) << "rank " << r;
 
+  // Every sprayed datagram that reached the switch is counted under its own
+  // reason. A slow switch (e.g. under ThreadSanitizer) can let the kernel drop
+  // some at a full socket buffer before the switch sees them; those show in
+  // the kernel's counter, and only they may be missing.
   const std::string stats = sw->PrometheusText();
+  const int64_t kernel_drops = UdpReceiveBufferErrors() - kernel_drops_before;
+  int64_t missing = 0;
   for (const auto& [reason, count] : expected) {
-    EXPECT_EQ(Metric(stats, "switchml_drops_total{reason=\"" + reason + "\"}"), count)
-        << reason << "\n" << stats;
+    const int64_t counted = Metric(stats, "switchml_drops_total{reason=\"" + reason + "\"}");
+    EXPECT_LE(counted, count) << reason << "\n" << stats;
+    EXPECT_GE(counted, 0) << reason;
+    missing += count - std::max<int64_t>(counted, 0);
   }
+  EXPECT_LE(missing, kernel_drops) << "sprayed packets neither counted nor dropped by the kernel\n"
+                                   << stats;
 }
 
 constexpr const char* kKeyHex = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
