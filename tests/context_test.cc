@@ -17,20 +17,11 @@
 namespace switchml {
 namespace {
 
+using testing::Configs;
 using testing::ForEachRank;
 using testing::StartAll;
 using testing::StartSwitch;
 using testing::WorkerConfig;
-
-std::vector<ContextConfig> Configs(const SwitchServer& sw, const std::string& job, uint32_t world,
-                                   uint32_t threads = 1) {
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < world; ++r) {
-    configs.push_back(WorkerConfig(sw, job, r, world));
-    configs.back().threads = threads;
-  }
-  return configs;
-}
 
 struct Shape {
   uint32_t world;

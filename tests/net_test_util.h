@@ -41,6 +41,17 @@ inline ContextConfig WorkerConfig(const SwitchServer& sw, const std::string& job
   return c;
 }
 
+// One config per rank of job `job`, each with `threads` I/O threads.
+inline std::vector<ContextConfig> Configs(const SwitchServer& sw, const std::string& job,
+                                          uint32_t world, uint32_t threads = 1) {
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < world; ++r) {
+    configs.push_back(WorkerConfig(sw, job, r, world));
+    configs.back().threads = threads;
+  }
+  return configs;
+}
+
 // Starts `world` contexts concurrently (Start is a barrier) and returns them
 // in rank order; a failed start leaves nullptr and its status in `errors`.
 inline std::vector<std::unique_ptr<Context>> StartAll(

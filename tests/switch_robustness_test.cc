@@ -19,6 +19,7 @@
 namespace switchml {
 namespace {
 
+using testing::Configs;
 using testing::ForEachRank;
 using testing::StartAll;
 using testing::StartSwitch;
@@ -148,9 +149,7 @@ TEST(SwitchSecurity, SprayDuringAJobChangesNothingAndEveryDropIsCounted) {
   auto sw = StartSwitch();
   ASSERT_NE(sw, nullptr);
   constexpr uint32_t kWorld = 3;
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < kWorld; ++r) configs.push_back(WorkerConfig(*sw, "victim", r, kWorld));
-  auto contexts = StartAll(configs);
+  auto contexts = StartAll(Configs(*sw, "victim", kWorld));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
   std::smatch m;
   const std::string before = sw->PrometheusText();
@@ -249,12 +248,8 @@ constexpr const char* kKeyHex = "000102030405060708090a0b0c0d0e0f101112131415161
 
 TEST(SwitchAuthentication, KeyedJobsWorkEndToEnd) {
   auto sw = StartSwitch();
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < 3; ++r) {
-    configs.push_back(WorkerConfig(*sw, "keyed", r, 3));
-    configs.back().auth_key = kKeyHex;
-    configs.back().threads = 2;
-  }
+  std::vector<ContextConfig> configs = Configs(*sw, "keyed", 3, /*threads=*/2);
+  for (auto& c : configs) c.auth_key = kKeyHex;
   auto contexts = StartAll(configs);
   std::vector<std::vector<int32_t>> v(3, std::vector<int32_t>(100001, 5));
   ForEachRank(3, [&](size_t r) {

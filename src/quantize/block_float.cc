@@ -11,21 +11,7 @@ namespace kernels {
 namespace {
 
 int16_t BlockExponentScalar(const float* x, size_t n) {
-  // For non-negative floats the bit patterns order like the values, so an
-  // integer max over |x|'s bits finds the largest magnitude, and any bits at
-  // or above the infinity pattern mean NaN or Inf. Branch-free; vectorizes.
-  uint32_t max_bits = 0;
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], 4);
-    bits &= 0x7FFFFFFFu;
-    max_bits = bits > max_bits ? bits : max_bits;
-  }
-  if (max_bits >= 0x7F800000u) return kNonFiniteExponent;
-  // A normal value with biased exponent E lies in [2^(E-127), 2^(E-126)).
-  // Denormals (E = 0) and zero fall to the minimum.
-  const int e = int(max_bits >> 23) - 126;
-  return int16_t(e < kMinExponent ? kMinExponent : e);
+  return ExponentOfMaxAbsBits(MaxAbsBits(x, n, 0));
 }
 
 void QuantizeScalar(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {

@@ -17,6 +17,30 @@ struct QuantizeKernels {
   void (*dequantize)(const uint8_t* src_be, size_t n, BlockScale scale, float* out);
 };
 
+// The pieces of BlockExponent every kernel set shares. `static`: each file
+// gets its own copy, so the AVX2 file's (compiled with -mavx2) can never be
+// the one the scalar path runs.
+//
+// For non-negative floats the bit patterns order like the values, so an
+// integer max over |x|'s bits finds the largest magnitude, and any bits at or
+// above the infinity pattern mean NaN or Inf. Branch-free; vectorizes.
+static inline uint32_t MaxAbsBits(const float* x, size_t n, uint32_t max_bits) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, &x[i], 4);
+    bits &= 0x7FFFFFFFu;
+    max_bits = bits > max_bits ? bits : max_bits;
+  }
+  return max_bits;
+}
+// A normal value with biased exponent E lies in [2^(E-127), 2^(E-126));
+// denormals (E = 0) and zero fall to the minimum.
+static inline int16_t ExponentOfMaxAbsBits(uint32_t max_bits) {
+  if (max_bits >= 0x7F800000u) return kNonFiniteExponent;
+  const int e = int(max_bits >> 23) - 126;
+  return int16_t(e < kMinExponent ? kMinExponent : e);
+}
+
 extern const QuantizeKernels kScalar;
 extern const QuantizeKernels kAvx2;  // defined only where SWITCHML_HAVE_AVX2
 // Null when the build or the CPU lacks AVX2.

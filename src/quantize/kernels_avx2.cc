@@ -30,16 +30,8 @@ int16_t BlockExponentAvx2(const float* x, size_t n) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), max);
   uint32_t max_bits = 0;
   for (uint32_t v : lanes) max_bits = v > max_bits ? v : max_bits;
-  // The tail, and the exponent from the largest magnitude, as the scalar code does.
-  for (; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &x[i], 4);
-    bits &= 0x7FFFFFFFu;
-    max_bits = bits > max_bits ? bits : max_bits;
-  }
-  if (max_bits >= 0x7F800000u) return kNonFiniteExponent;
-  const int e = int(max_bits >> 23) - 126;
-  return int16_t(e < kMinExponent ? kMinExponent : e);
+  // The tail, and the exponent, as the scalar kernel does.
+  return ExponentOfMaxAbsBits(MaxAbsBits(x + i, n - i, max_bits));
 }
 
 void QuantizeAvx2(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
