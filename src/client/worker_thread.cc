@@ -20,19 +20,20 @@ Nanos Now() {
 }  // namespace
 
 // Batches the engine's packets for one sendmmsg on the connected socket,
-// signing them when the job has a key.
+// signing them in the batch's copy when the job has a key.
 class WorkerThread::BatchSink : public PacketSink {
  public:
+  // `packet_bytes` has room for the MAC (MaxPacketBytes).
   BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth)
-      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth), scratch_(packet_bytes) {}
+      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {}
   void Send(std::span<const uint8_t> packet) override {
-    if (!auth_ || packet.size() + kAuthTagBytes > scratch_.size()) {
+    if (!auth_) {
       batch_.Add(fd_, packet, nullptr);
       return;
     }
-    std::copy(packet.begin(), packet.end(), scratch_.begin());
-    const size_t length = auth_->Sign(scratch_.data(), packet.size());
-    batch_.Add(fd_, std::span<const uint8_t>(scratch_.data(), length), nullptr);
+    const std::span<uint8_t> copy = batch_.AddForEdit(fd_, packet, nullptr);
+    if (copy.size() < packet.size() + kAuthTagBytes) return;  // counted as dropped
+    batch_.SetLastLength(auth_->Sign(copy.data(), packet.size()));
   }
   void Flush() { batch_.Flush(fd_); }
 
@@ -40,7 +41,6 @@ class WorkerThread::BatchSink : public PacketSink {
   int fd_;
   net::SendBatch batch_;
   std::optional<net::PacketAuthenticator>& auth_;
-  std::vector<uint8_t> scratch_;
 };
 
 WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,

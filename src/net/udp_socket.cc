@@ -95,11 +95,12 @@ SendBatch::SendBatch(size_t max_packets, size_t max_bytes)
       iov_(max_packets),
       headers_(max_packets) {}
 
-void SendBatch::Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
+std::span<uint8_t> SendBatch::AddForEdit(int fd, std::span<const uint8_t> bytes,
+                                         const sockaddr_in* dest) {
   if (count_ == headers_.size()) Flush(fd);
   if (bytes.size() > max_bytes_) {
     ++dropped_;
-    return;
+    return {};
   }
   uint8_t* buf = &buffers_[count_ * max_bytes_];
   std::memcpy(buf, bytes.data(), bytes.size());
@@ -113,6 +114,7 @@ void SendBatch::Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* d
   headers_[count_].msg_hdr.msg_iov = &iov_[count_];
   headers_[count_].msg_hdr.msg_iovlen = 1;
   ++count_;
+  return {buf, max_bytes_};
 }
 
 void SendBatch::AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest) {

@@ -68,7 +68,15 @@ class SendBatch {
   SendBatch(size_t max_packets, size_t max_bytes);
   // Copies `bytes`; `dest` may be null on a connected socket. Flushes first
   // when the batch is full.
-  void Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
+  void Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
+    AddForEdit(fd, bytes, dest);
+  }
+  // Add() that returns the copy's whole buffer (max_bytes), so the caller
+  // can extend the datagram in place (append a MAC) and SetLastLength().
+  // Empty when `bytes` does not fit (then it is counted as dropped).
+  std::span<uint8_t> AddForEdit(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
+  // REQUIRES: the last call was AddForEdit() and bytes <= max_bytes.
+  void SetLastLength(size_t bytes) { iov_[count_ - 1].iov_len = bytes; }
   // Queues `bytes` without copying: they must stay valid until Flush().
   void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest);
   // Sends everything queued. When the socket buffer is full it waits up to

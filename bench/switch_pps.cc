@@ -1,0 +1,240 @@
+// switchml-switch-pps: packets per second per core of the software switch's
+// real UDP path, against a plain UDP echo server with the same batching
+// (recvmmsg/sendmmsg of 64), side by side in one run on loopback.
+//
+// One load generator thread plays `--workers` workers: for each of `--slots`
+// slots it sends every worker's contribution, waits until each worker got
+// its answer (a result from the switch, the echo from the echo server), then
+// sends the slot's next chunk. The servers' work is measured in CPU time of
+// the server thread, so the figure is "packets per core-second" even where
+// the generator, not the server, sets the pace. Prints one JSON object.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "net/udp_socket.h"
+#include "switch/data_thread.h"
+#include "switchml/wire_format.h"
+
+namespace {
+
+using namespace switchml;
+using Clock = std::chrono::steady_clock;
+constexpr size_t kBatch = 64;  // the switch's batch (src/switch/data_thread.cc)
+
+double ThreadCpuSeconds(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+sockaddr_in Loopback() {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
+// The echo server: what the switch would cost with no aggregation at all.
+class EchoServer {
+ public:
+  explicit EchoServer(size_t packet_bytes)
+      : socket_(net::UdpSocket::Bind(Loopback(), 8 << 20).value()),
+        recv_(kBatch, packet_bytes + 1),
+        send_(kBatch, 0) {}
+  void Start() {
+    thread_ = std::thread([this] {
+      pthread_getcpuclockid(pthread_self(), &clock_);
+      ready_.store(true);
+      pollfd fd{socket_.fd(), POLLIN, 0};
+      while (!stop_.load(std::memory_order_relaxed)) {
+        poll(&fd, 1, 100);
+        for (int round = 0; round < 64; ++round) {
+          const int n = recv_.Receive(socket_.fd());
+          if (n == 0) break;
+          for (int i = 0; i < n; ++i) send_.AddRef(socket_.fd(), recv_.packet(i), recv_.source(i));
+          send_.Flush(socket_.fd());
+        }
+      }
+    });
+    while (!ready_.load()) std::this_thread::yield();
+  }
+  void Stop() {
+    stop_.store(true);
+    thread_.join();
+  }
+  sockaddr_in address() const { return socket_.LocalAddress(); }
+  double cpu_seconds() const { return ThreadCpuSeconds(clock_); }
+
+ private:
+  net::UdpSocket socket_;
+  net::RecvBatch recv_;
+  net::SendBatch send_;
+  std::atomic<bool> stop_{false}, ready_{false};
+  clockid_t clock_{};
+  std::thread thread_;
+};
+
+// Plays the workers; returns the answers received in `seconds`.
+uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& server, uint32_t job,
+                  uint16_t slots, uint16_t k, double seconds) {
+  const size_t n = workers.size();
+  std::vector<uint8_t> packet(PacketBytes(k), 0);
+  std::vector<uint32_t> chunk(slots);
+  std::vector<uint16_t> answered(slots, 0);
+  for (uint16_t s = 0; s < slots; ++s) chunk[s] = s;
+  net::SendBatch send(kBatch, packet.size());
+  net::RecvBatch recv(kBatch, MaxPacketBytes(k) + 1);
+  auto contribute = [&](uint16_t s) {
+    for (size_t w = 0; w < n; ++w) {
+      PacketHeader h;
+      h.job = job;
+      h.chunk = chunk[s];
+      h.rank = uint16_t(w);
+      h.slot = s;
+      h.element_count = k;
+      h.version = uint8_t((chunk[s] / slots) % 2);
+      EncodeHeader(h, packet);
+      send.Add(workers[w].fd(), packet, &server);
+      send.Flush(workers[w].fd());
+    }
+  };
+  for (uint16_t s = 0; s < slots; ++s) contribute(s);
+  std::vector<pollfd> fds;
+  for (auto& w : workers) fds.push_back({w.fd(), POLLIN, 0});
+  uint64_t answers = 0;
+  const auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    if (poll(fds.data(), fds.size(), 200) <= 0) {
+      for (uint16_t s = 0; s < slots; ++s) contribute(s);  // a lost packet: go again
+      continue;
+    }
+    for (size_t w = 0; w < n; ++w) {
+      while (const int got = recv.Receive(workers[w].fd())) {
+        for (int i = 0; i < got; ++i) {
+          PacketView view;
+          if (DecodePacket(recv.packet(i), &view) != DecodeError::kOk) continue;
+          const uint16_t s = view.header.slot;
+          if (s >= slots || view.header.chunk != chunk[s]) continue;
+          ++answers;
+          if (++answered[s] == n) {
+            answered[s] = 0;
+            chunk[s] += slots;
+            contribute(s);
+          }
+        }
+      }
+    }
+  }
+  return answers;
+}
+
+struct Result {
+  double pps_per_core = 0;
+  double cpu_load = 0;  // server CPU seconds per second
+};
+
+std::vector<net::UdpSocket> WorkerSockets(int n) {
+  std::vector<net::UdpSocket> sockets;
+  for (int w = 0; w < n; ++w) sockets.push_back(net::UdpSocket::Bind(Loopback(), 8 << 20).value());
+  return sockets;
+}
+
+Result RunEcho(int n, uint16_t slots, uint16_t k, double seconds) {
+  EchoServer echo(PacketBytes(k));
+  echo.Start();
+  auto workers = WorkerSockets(n);
+  const double cpu0 = echo.cpu_seconds();
+  const auto t0 = Clock::now();
+  const uint64_t answers = Generate(workers, echo.address(), 1, slots, k, seconds);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = echo.cpu_seconds() - cpu0;
+  echo.Stop();
+  return {double(answers) / cpu, cpu / wall};
+}
+
+Result RunSwitch(int n, uint16_t slots, uint16_t k, double seconds) {
+  DataPlaneConfig config;
+  config.pool_slots = slots;
+  config.max_elements_per_packet = k;
+  config.max_workers = uint16_t(n);
+  auto socket = net::UdpSocket::Bind(Loopback(), 8 << 20).value();
+  const sockaddr_in address = socket.LocalAddress();
+  DataThread data(config, std::move(socket));
+  auto workers = WorkerSockets(n);
+  JobId id;
+  data.Start();
+  data.Execute([&] {
+    for (int r = 0; r < n; ++r) {
+      (void)data.registry().Join(JobRequest{"pps", uint16_t(r), uint16_t(n), k, slots});
+    }
+    id = data.registry().Assignment("pps")->id;
+    std::vector<sockaddr_in> book;
+    for (auto& w : workers) book.push_back(w.LocalAddress());
+    data.InstallAddresses(id, uint16_t(n), slots, 1, book, std::nullopt);
+  });
+  clockid_t clock{};
+  data.Execute([&] { pthread_getcpuclockid(pthread_self(), &clock); });
+  const double cpu0 = ThreadCpuSeconds(clock);
+  const auto t0 = Clock::now();
+  // Each result answers one contribution: one packet in, one out, as echo.
+  const uint64_t answers = Generate(workers, address, id.value(), slots, k, seconds);
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double cpu = ThreadCpuSeconds(clock) - cpu0;
+  data.Stop();
+  return {double(answers) / cpu, cpu / wall};
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-switch-pps: the switch's packets per core-second against a UDP echo server"};
+  int workers = 2, rounds = 3;
+  uint16_t slots = 64, k = 256;
+  double seconds = 2;
+  app.add_option("--workers", workers, "workers the generator plays")->check(CLI::Range(1, 64));
+  app.add_option("--slots", slots, "slots in flight")->check(CLI::Range(1, 4096));
+  app.add_option("--elements-per-packet", k, "int32 values per packet")->check(CLI::Range(1, 8192));
+  app.add_option("--seconds", seconds, "length of each measurement");
+  app.add_option("--rounds", rounds, "alternating measurements of each server")->check(CLI::Range(1, 100));
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<double> sw, echo, sw_load, echo_load;
+  for (int r = 0; r < rounds; ++r) {
+    const Result e = RunEcho(workers, slots, k, seconds);
+    const Result s = RunSwitch(workers, slots, k, seconds);
+    echo.push_back(e.pps_per_core);
+    echo_load.push_back(e.cpu_load);
+    sw.push_back(s.pps_per_core);
+    sw_load.push_back(s.cpu_load);
+    std::fprintf(stderr, "round %d/%d: switch %.0f pkt/core-s (load %.2f), echo %.0f (load %.2f)\n",
+                 r + 1, rounds, s.pps_per_core, s.cpu_load, e.pps_per_core, e.cpu_load);
+  }
+  nlohmann::json j;
+  j["benchmark"] = "switch_pps";
+  j["workers"] = workers;
+  j["slots"] = slots;
+  j["elements_per_packet"] = k;
+  j["packet_bytes"] = PacketBytes(k);
+  j["switch_packets_per_core_second"] = Median(sw);
+  j["echo_packets_per_core_second"] = Median(echo);
+  j["switch_server_cpu_load"] = Median(sw_load);
+  j["echo_server_cpu_load"] = Median(echo_load);
+  j["ratio_switch_to_echo"] = Median(sw) / Median(echo);
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
