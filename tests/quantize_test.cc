@@ -164,6 +164,17 @@ TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
       }
     }
   }
+  // Exact ties (x * f = k + 1/2) round half to even in both, body and tail.
+  std::vector<float> ties;
+  for (int k = -20; k <= 20; ++k) ties.push_back(float(k));
+  const BlockScale half{0.5, 2.0};
+  std::vector<uint8_t> a(4 * ties.size()), b(4 * ties.size());
+  simd->quantize(ties.data(), ties.size(), half, a.data());
+  kernels::kScalar.quantize(ties.data(), ties.size(), half, b.data());
+  EXPECT_EQ(a, b);
+  for (size_t i = 0; i < ties.size(); ++i) {
+    EXPECT_EQ(int32_t(LoadBe32(a.data() + 4 * i)), int32_t(std::nearbyint(ties[i] * 0.5))) << i;
+  }
   // NaN and Inf anywhere, including in the SIMD body and in the tail.
   for (size_t at : {0, 5, 8, 20}) {
     std::vector<float> x(21, 1.0f);
