@@ -1,9 +1,11 @@
-// switchml-switch: the software switch daemon. UDP data plane plus gRPC
-// control plane; stops cleanly on SIGINT or SIGTERM.
+// switchml-switch: the switch daemon. gRPC control plane plus either the
+// software UDP data plane or a BMv2 P4 switch that it programs
+// (--dataplane bmv2); stops cleanly on SIGINT or SIGTERM.
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include <spdlog/spdlog.h>
 
@@ -29,7 +31,27 @@ int main(int argc, char** argv) {
   app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  std::string dataplane = "software";
+  switchml::Bmv2Config bmv2;
+  std::string bmv2_cli = "simple_switch_CLI";
+  app.add_option("--dataplane", dataplane, "software (this process) or bmv2 (a P4 switch)")
+      ->check(CLI::IsMember({"software", "bmv2"}));
+  auto* p4 = app.add_option_group("bmv2", "with --dataplane bmv2 (see p4/README.md)");
+  p4->add_option("--bmv2-cli", bmv2_cli, "runtime CLI command (words split on spaces)");
+  p4->add_option("--bmv2-thrift-port", bmv2.thrift_port, "simple_switch's Thrift port");
+  p4->add_option("--bmv2-hosts", bmv2.hosts_file, "TOML file: ip, mac, port of each host");
+  p4->add_option("--bmv2-switch-ip", bmv2.switch_ip, "aggregation address workers send to");
+  p4->add_option("--bmv2-switch-mac", bmv2.switch_mac, "the switch's MAC address");
+  p4->add_option("--bmv2-elements-per-packet", bmv2.elements_per_packet,
+                 "SWITCHML_K of the compiled program");
+  p4->add_option("--bmv2-pool-slots", bmv2.pool_slots, "SWITCHML_POOL_SLOTS of the compiled program");
   CLI11_PARSE(app, argc, argv);
+  if (dataplane == "bmv2") {
+    bmv2.cli.clear();
+    std::istringstream words(bmv2_cli);
+    for (std::string w; words >> w;) bmv2.cli.push_back(w);
+    config.bmv2 = bmv2;
+  }
 
   spdlog::set_level(spdlog::level::from_str(log_level));
   config.bind_address = bind;

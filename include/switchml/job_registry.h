@@ -38,6 +38,7 @@ struct JobAssignment {
   uint16_t world_size = 0;
   uint16_t elements_per_packet = 0;
   uint16_t pool_slots = 0;
+  uint32_t pool_base = 0;  // first slot of the job's segment of the switch's pool
 };
 
 class JobRegistry {
@@ -65,7 +66,6 @@ class JobRegistry {
     std::vector<bool> joined;
     uint16_t joined_count = 0;
     std::optional<JobAssignment> assignment;
-    uint32_t pool_base = 0;
   };
   Status Install(Job& job);
   std::optional<uint32_t> AllocateSegment(uint16_t slots) const;

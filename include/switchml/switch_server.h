@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "switchml/data_plane.h"
 #include "switchml/status.h"
@@ -19,12 +21,27 @@ namespace switchml {
 inline constexpr uint16_t kDefaultControlPort = 48800;
 inline constexpr uint16_t kDefaultDataPort = 48801;
 
+// Serve jobs from a P4 switch — BMv2 simple_switch running
+// p4/v1model/switchml.p4 — instead of this process's software data plane.
+// The daemon then only runs the control plane; p4/README.md shows a setup.
+struct Bmv2Config {
+  // The runtime CLI and its arguments; --thrift-port is appended.
+  std::vector<std::string> cli = {"simple_switch_CLI"};
+  uint16_t thrift_port = 9090;
+  std::string hosts_file;  // TOML list of the hosts behind the switch's ports
+  std::string switch_ip;   // the aggregation endpoint that workers send to
+  std::string switch_mac;  // its MAC address
+  uint16_t elements_per_packet = 64;  // SWITCHML_K the program was compiled with
+  uint32_t pool_slots = 512;          // SWITCHML_POOL_SLOTS of the program
+};
+
 struct SwitchConfig {
   std::string bind_address = "0.0.0.0";  // IPv4 address to listen on
   uint16_t control_port = kDefaultControlPort;  // gRPC; 0 picks a free port
   uint16_t data_port = kDefaultDataPort;        // UDP; 0 picks a free port
   DataPlaneConfig data_plane;
   int socket_buffer_bytes = 16 << 20;
+  std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;
 };

@@ -193,6 +193,16 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   const auto& a = first.assignment();
   impl->token = a.token();
   sockaddr_in data = control.value();
+  if (!a.data_address().empty()) {
+    auto parsed = net::ParseAddress(a.data_address(), 0);
+    if (!parsed.ok() || a.data_port() == 0 || a.data_port() > 65535) {
+      impl->stream.TryCancel();
+      impl->reader->Finish();
+      return Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
+                                               a.data_address().substr(0, 64) + "'");
+    }
+    data = parsed.value();
+  }
   data.sin_port = htons(uint16_t(a.data_port()));
 
   // Thread t owns the slots [t*S/T, (t+1)*S/T) of the job's S slots.

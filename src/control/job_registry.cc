@@ -77,7 +77,8 @@ Status JobRegistry::Join(const JobRequest& r) {
 std::optional<uint32_t> JobRegistry::AllocateSegment(uint16_t slots) const {
   std::vector<std::pair<uint32_t, uint32_t>> used;  // [begin, end)
   for (const auto& [name, job] : jobs_) {
-    if (job.assignment) used.emplace_back(job.pool_base, job.pool_base + job.assignment->pool_slots);
+    if (job.assignment) used.emplace_back(job.assignment->pool_base,
+                                           job.assignment->pool_base + job.assignment->pool_slots);
   }
   std::sort(used.begin(), used.end());
   uint32_t cursor = 0;
@@ -120,9 +121,8 @@ Status JobRegistry::Install(Job& j) {
   const JobRegistration reg{id, j.params.world_size, j.params.elements_per_packet, *base,
                             j.params.pool_slots};
   if (Status s = data_plane_->RegisterJob(reg); !s.ok()) return s;
-  j.pool_base = *base;
   j.assignment = JobAssignment{id, j.params.world_size, j.params.elements_per_packet,
-                               j.params.pool_slots};
+                               j.params.pool_slots, *base};
   return Status::Ok();
 }
 

@@ -45,8 +45,8 @@ void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
 
 }  // namespace
 
-ControlService::ControlService(DataThread* data, uint16_t data_port)
-    : data_(data), data_port_(data_port), token_source_(std::random_device{}()) {}
+ControlService::ControlService(DataThread* data, uint16_t data_port, ExternalDataPlane* external)
+    : data_(data), data_port_(data_port), external_(external), token_source_(std::random_device{}()) {}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context,
                                   const control::v1::JoinRequest* req,
@@ -54,6 +54,9 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   auto parsed = ParseJoinRequest(*req);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const ParsedJoin& join = parsed.value();
+  if (external_ != nullptr) {
+    if (Status s = external_->CheckJoin(join); !s.ok()) return ToGrpc(s);
+  }
   const std::string& name = join.request.job_name;
   const auto threads = uint16_t(join.addresses.size());
   const std::vector<sockaddr_in>& addresses = join.addresses;
@@ -121,6 +124,14 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       data_->InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
                               job->threads, std::move(book), auth);
     });
+    if (external_ != nullptr) {
+      if (Status s = external_->Install(*assignment, job->addresses); !s.ok()) {
+        spdlog::error("job '{}': {}", name, s.message());
+        data_->Execute([&] { data_->RemoveAddresses(assignment->id); });
+        EndLocked(job, -1, s.message());
+        return ToGrpc(s);
+      }
+    }
     job->assignment = assignment;
     spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet", name,
                  assignment->id.value(), assignment->world_size, assignment->pool_slots,
@@ -160,7 +171,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   a->set_world_size(job->assignment->world_size);
   a->set_elements_per_packet(job->assignment->elements_per_packet);
   a->set_pool_slots(job->assignment->pool_slots);
-  a->set_data_port(data_port_);
+  a->set_data_port(external_ != nullptr ? external_->data_port() : data_port_);
+  if (external_ != nullptr) a->set_data_address(external_->data_address());
   a->set_token(job->tokens[rank]);
   a->set_auth_salt(job->auth_salt);
   std::deque<JobEvent> outgoing{first};
@@ -213,6 +225,7 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   if (job->ended) return;
   job->ended = true;
   job->end_reason = reason;
+  if (external_ != nullptr && job->assignment) external_->Remove(job->assignment->id);
   data_->Execute([&] {
     if (job->assignment) data_->RemoveAddresses(job->assignment->id);
     (void)data_->registry().End(job->name);
@@ -240,9 +253,19 @@ void ControlService::EndAll(const std::string& reason) {
 control::v1::StatsReply ControlService::CollectStats() {
   control::v1::StatsReply reply;
   std::lock_guard lock(mu_);
+  if (external_ != nullptr) {
+    // The P4 switch counts for all jobs together; its per-job counters
+    // below stay zero.
+    auto counters = external_->Counters();
+    if (counters.ok()) {
+      FillCounters(counters.value(), reply.mutable_total());
+    } else {
+      spdlog::warn("reading the P4 switch's counters: {}", counters.status().message());
+    }
+  }
   data_->Execute([&] {
     const DataPlane& dp = data_->data_plane();
-    FillCounters(dp.counters(), reply.mutable_total());
+    if (external_ == nullptr) FillCounters(dp.counters(), reply.mutable_total());
     for (int e = 1; e < kNumDecodeErrors; ++e) {
       if (uint64_t n = dp.counters().decode_errors[e]) {
         (*reply.mutable_decode_errors())[DecodeErrorName(DecodeError(e))] = n;

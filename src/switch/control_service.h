@@ -11,13 +11,16 @@
 #include <vector>
 
 #include "switch/data_thread.h"
+#include "switch/external_data_plane.h"
 #include "switchml/control.grpc.pb.h"
 
 namespace switchml {
 
 class ControlService final : public control::v1::Control::Service {
  public:
-  ControlService(DataThread* data, uint16_t data_port);
+  // With `external`, jobs are installed there (a P4 switch) and workers
+  // send their data to it; `data` still allocates pools and job ids.
+  ControlService(DataThread* data, uint16_t data_port, ExternalDataPlane* external = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -51,6 +54,7 @@ class ControlService final : public control::v1::Control::Service {
 
   DataThread* data_;
   uint16_t data_port_;
+  ExternalDataPlane* external_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "net/address.h"
+#include "switch/bmv2/bmv2_data_plane.h"
 #include "switch/control_service.h"
 #include "switch/data_thread.h"
 #include "switch/stats_format.h"
@@ -14,6 +15,7 @@ namespace switchml {
 
 struct SwitchServer::Impl {
   SwitchConfig config;
+  std::unique_ptr<ExternalDataPlane> external;  // a P4 switch, or null
   std::unique_ptr<DataThread> data;
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
@@ -24,7 +26,18 @@ struct SwitchServer::Impl {
 
 Status SwitchConfig::Validate() const { return data_plane.Validate(); }
 
-StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& requested) {
+  SwitchConfig config = requested;
+  std::unique_ptr<ExternalDataPlane> external;
+  if (config.bmv2) {
+    auto bmv2 = bmv2::ConnectBmv2(*config.bmv2);
+    if (!bmv2.ok()) return bmv2.status();
+    external = std::move(bmv2).value();
+    // Pools and job ids are still allocated here, within the program's limits.
+    config.data_plane.pool_slots = config.bmv2->pool_slots;
+    config.data_plane.max_elements_per_packet = config.bmv2->elements_per_packet;
+    config.data_plane.max_workers = bmv2::Bmv2DataPlane::kMaxWorkers;
+  }
   if (Status s = config.Validate(); !s.ok()) return s;
   auto bind = net::ParseAddress(config.bind_address, config.data_port);
   if (!bind.ok()) return bind.status();
@@ -33,9 +46,11 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
+  impl->external = std::move(external);
   impl->data_port = ntohs(socket.value().LocalAddress().sin_port);
   impl->data = std::make_unique<DataThread>(config.data_plane, std::move(socket).value());
-  impl->service = std::make_unique<ControlService>(impl->data.get(), impl->data_port);
+  impl->service = std::make_unique<ControlService>(impl->data.get(), impl->data_port,
+                                                   impl->external.get());
 
   grpc::ServerBuilder builder;
   int selected = 0;
@@ -56,6 +71,12 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
   }
   impl->control_port = uint16_t(selected);
   impl->data->Start();
+  if (impl->external) {
+    spdlog::info("switch control listening on {}:{} (gRPC); jobs run on the P4 switch at {}:{}",
+                 listen.substr(0, listen.rfind(':')), impl->control_port,
+                 impl->external->data_address(), impl->external->data_port());
+    return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
+  }
   spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
                "elements, up to {} workers per job",
                listen.substr(0, listen.rfind(':')), impl->control_port,
@@ -79,7 +100,9 @@ void SwitchServer::Stop() {
 }
 
 uint16_t SwitchServer::control_port() const { return impl_->control_port; }
-uint16_t SwitchServer::data_port() const { return impl_->data_port; }
+uint16_t SwitchServer::data_port() const {
+  return impl_->external ? impl_->external->data_port() : impl_->data_port;
+}
 
 std::string SwitchServer::PrometheusText() {
   return FormatPrometheus(impl_->service->CollectStats());

@@ -1,0 +1,497 @@
+// switchml aggregation switch for Intel Tofino (P4_16, TNA).
+//
+// The pipeline of p4/v1model/switchml.p4 within Tofino's constraints: every
+// register is touched at most once per pass, by one RegisterAction chosen
+// from what earlier stages decided. Headers, constants and parser states are
+// shared with the v1model program (p4/common/). This program cannot be
+// compiled without Intel's SDE (bf-p4c); p4/README.md lists how to build it,
+// the stage budget, and where it differs from the software data plane.
+//
+// Build (SDE 9.x): bf-p4c --target tofino2 --arch t2na -I p4/common \
+//                  -o build/switchml_tna p4/tna/switchml.p4
+// Tofino 1 (12 stages) fits 32 elements per pass: add -DSWITCHML_K=32.
+#include <core.p4>
+#if __TARGET_TOFINO__ == 2
+#include <t2na.p4>
+#else
+#include <tna.p4>
+#endif
+
+#include "headers.p4"
+
+#define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS)
+
+// What the slot-state stages decided; selects each register's action.
+#define ACC_NONE 2w0
+#define ACC_WRITE 2w1   // first contribution: store
+#define ACC_ADD 2w2     // later contribution: add, return the sum
+#define ACC_READ 2w3    // retransmission to a complete slot: return the result
+
+// The contribute register's answer for a chunk older than the slot's.
+#define SEEN_STALE 32w0xFFFFFFFF
+
+struct metadata_t {
+    bit<8>  drop_reason;
+    bit<1>  job_known;
+    bit<1>  sender_ok;
+    bit<16> world_size;
+    bit<32> pool_base;
+    bit<16> pool_slots;
+    bit<16> slot_lo;
+    bit<16> slot_hi;
+    bit<16> result_group;
+    bit<48> switch_mac;
+    bit<32> index;          // register index: version * POOL + pool slot
+    bit<32> rank_bit;
+    bit<32> seen_before;    // the slot's bitmap before this packet
+    bit<16> remaining_before;
+    bit<2>  acc_op;
+    bit<16> auth_bytes;
+    bit<16> expected_udp_length;
+}
+
+// ----------------------------------------------------------------------------
+// Ingress
+
+parser SwitchmlIngressParser(packet_in pkt, out headers_t hdr, out metadata_t md,
+                             out ingress_intrinsic_metadata_t ig_intr_md) {
+    state start {
+        pkt.extract(ig_intr_md);
+        pkt.advance(PORT_METADATA_SIZE);
+        md = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0};
+        transition parse_ethernet;
+    }
+#include "parser_states.p4"
+}
+
+// The slot pool. Unlike v1model, a slot's seen-bitmap lives with its chunk
+// id in one 64-bit register (one access decides retransmission, staleness
+// and a new aggregation); a new chunk resets the bitmap instead of clearing
+// the sender's bit in the other version. The two are equivalent for workers
+// that follow the protocol (p4/README.md, "TNA differences").
+control SwitchmlSlots(inout headers_t hdr, inout metadata_t md) {
+    struct chunk_seen_t {
+        bit<32> chunk;
+        bit<32> seen;
+    }
+    Register<chunk_seen_t, bit<32>>(POOL_ENTRIES) slot_chunk_seen;
+    RegisterAction<chunk_seen_t, bit<32>, bit<32>>(slot_chunk_seen) contribute = {
+        void apply(inout chunk_seen_t value, out bit<32> seen_before) {
+            if (value.chunk == hdr.switchml.chunk) {
+                seen_before = value.seen;
+                value.seen = value.seen | md.rank_bit;
+            } else if ((int<32>)(hdr.switchml.chunk - value.chunk) > 0) {
+                seen_before = 0;  // a newer chunk starts a new aggregation
+                value.chunk = hdr.switchml.chunk;
+                value.seen = md.rank_bit;
+            } else {
+                seen_before = SEEN_STALE;
+            }
+        }
+    };
+
+    // Contributions still missing; 0 = idle or complete.
+    Register<bit<16>, bit<32>>(POOL_ENTRIES) slot_remaining;
+    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_remaining) count = {
+        void apply(inout bit<16> value, out bit<16> before) {
+            before = value;
+            if (value == 0) {
+                value = md.world_size - 1;
+            } else {
+                value = value - 1;
+            }
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_remaining) peek = {
+        void apply(inout bit<16> value, out bit<16> before) {
+            before = value;
+        }
+    };
+
+    Register<bit<16>, bit<32>>(POOL_ENTRIES) slot_max_next_exponent;
+    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_first = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            value = hdr.switchml.next_exponent;
+            result = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_max = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            if ((int<16>)hdr.switchml.next_exponent > (int<16>)value) {
+                value = hdr.switchml.next_exponent;
+            }
+            result = value;
+        }
+    };
+    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_read = {
+        void apply(inout bit<16> value, out bit<16> result) {
+            result = value;
+        }
+    };
+
+    // One register per element: SWITCHML_K / 4 stages of stateful ALUs.
+#define ACC(i)                                                                    \
+    Register<bit<32>, bit<32>>(POOL_ENTRIES) acc_##i;                             \
+    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_write_##i = {          \
+        void apply(inout bit<32> value, out bit<32> result) {                     \
+            value = hdr.data.d##i;                                                \
+            result = value;                                                       \
+        }                                                                         \
+    };                                                                            \
+    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_add_##i = {            \
+        void apply(inout bit<32> value, out bit<32> result) {                     \
+            value = value + hdr.data.d##i;                                        \
+            result = value;                                                       \
+        }                                                                         \
+    };                                                                            \
+    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_read_##i = {           \
+        void apply(inout bit<32> value, out bit<32> result) {                     \
+            result = value;                                                       \
+        }                                                                         \
+    };
+    SWITCHML_FOR_EACH_ELEMENT(ACC)
+#undef ACC
+
+    apply {
+        md.seen_before = contribute.execute(md.index);
+        if (md.seen_before == SEEN_STALE) {
+            md.drop_reason = DROP_STALE_CHUNK;
+        } else if ((md.seen_before & md.rank_bit) != 0) {
+            // A retransmission: answer it, count nothing.
+            md.remaining_before = peek.execute(md.index);
+            if (md.remaining_before == 0) {
+                md.acc_op = ACC_READ;
+                hdr.switchml.next_exponent = exponent_read.execute(md.index);
+            }
+        } else {
+            md.remaining_before = count.execute(md.index);
+            if (md.remaining_before == 0) {
+                md.acc_op = ACC_WRITE;
+                hdr.switchml.next_exponent = exponent_first.execute(md.index);
+            } else {
+                md.acc_op = ACC_ADD;
+                hdr.switchml.next_exponent = exponent_max.execute(md.index);
+            }
+        }
+#define ACC_APPLY(i)                                                              \
+        if (md.acc_op == ACC_WRITE) {                                             \
+            hdr.data.d##i = acc_write_##i.execute(md.index);                      \
+        } else if (md.acc_op == ACC_ADD) {                                        \
+            hdr.data.d##i = acc_add_##i.execute(md.index);                        \
+        } else if (md.acc_op == ACC_READ) {                                       \
+            hdr.data.d##i = acc_read_##i.execute(md.index);                       \
+        }
+        SWITCHML_FOR_EACH_ELEMENT(ACC_APPLY)
+#undef ACC_APPLY
+    }
+}
+
+control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
+                        in ingress_intrinsic_metadata_t ig_intr_md,
+                        in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
+                        inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
+                        inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
+    Counter<bit<64>, bit<32>>(SWITCHML_NUM_DROP_REASONS, CounterType_t.PACKETS) switchml_drops;
+    // One access per counter per pass: packets are counted apart, and each
+    // packet counts one event (contributions = CONTRIBUTIONS + SLOTS_COMPLETED).
+    Counter<bit<64>, bit<32>>(1, CounterType_t.PACKETS) switchml_packets;
+    Counter<bit<64>, bit<32>>(SWITCHML_NUM_EVENTS, CounterType_t.PACKETS) switchml_events;
+    SwitchmlSlots() slots;
+
+    action drop() {
+        ig_dprsr_md.drop_ctl = 1;
+    }
+
+    action set_endpoint(bit<48> switch_mac) {
+        md.switch_mac = switch_mac;
+    }
+    table switchml_endpoint {
+        key = { hdr.ipv4.dst_addr: exact; }
+        actions = { set_endpoint; NoAction; }
+        default_action = NoAction();
+        size = 16;
+    }
+
+    action set_job(bit<16> world_size, bit<32> pool_base, bit<16> pool_slots) {
+        md.job_known = 1;
+        md.world_size = world_size;
+        md.pool_base = pool_base;
+        md.pool_slots = pool_slots;
+    }
+    table switchml_jobs {
+        key = { hdr.switchml.job: exact; }
+        actions = { set_job; NoAction; }
+        default_action = NoAction();
+        size = SWITCHML_MAX_JOBS;
+    }
+
+    action set_sender(bit<16> slot_lo, bit<16> slot_hi, bit<16> result_group) {
+        md.sender_ok = 1;
+        md.slot_lo = slot_lo;
+        md.slot_hi = slot_hi;
+        md.result_group = result_group;
+    }
+    table switchml_senders {
+        key = {
+            hdr.switchml.job: exact;
+            hdr.switchml.rank: exact;
+            hdr.ipv4.src_addr: exact;
+            hdr.udp.src_port: exact;
+        }
+        actions = { set_sender; NoAction; }
+        default_action = NoAction();
+        size = SWITCHML_MAX_SENDERS;
+    }
+
+    // rank -> its bit in the seen-bitmap (a table: Tofino shifts only by
+    // constants). Filled once by the control plane with ranks 0..31.
+    action set_rank_bit(bit<32> rank_bit) {
+        md.rank_bit = rank_bit;
+    }
+    table rank_bits {
+        key = { hdr.switchml.rank: exact; }
+        actions = { set_rank_bit; NoAction; }
+        default_action = NoAction();
+        size = 32;
+    }
+
+    action l2_forward(PortId_t port) {
+        ig_tm_md.ucast_egress_port = port;
+    }
+    action flood() {
+        ig_tm_md.mcast_grp_a = 1;
+        // The control plane maps each port to an exclusion id of its own.
+        ig_tm_md.level2_exclusion_id = (bit<9>)ig_intr_md.ingress_port;
+    }
+    table l2_hosts {
+        key = { hdr.ethernet.dst_addr: exact; }
+        actions = { l2_forward; flood; drop; }
+        default_action = flood();
+        size = 1024;
+    }
+    table router_macs {
+        key = { hdr.ethernet.dst_addr: exact; }
+        actions = { NoAction; }
+        size = 16;
+    }
+    action route(PortId_t port, bit<48> next_hop_mac) {
+        ig_tm_md.ucast_egress_port = port;
+        hdr.ethernet.src_addr = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = next_hop_mac;
+        hdr.ipv4.ttl = hdr.ipv4.ttl - 1;
+    }
+    table ipv4_routes {
+        key = { hdr.ipv4.dst_addr: lpm; }
+        actions = { route; drop; }
+        default_action = drop();
+        size = 1024;
+    }
+    action answer_arp(bit<48> mac) {
+        bit<32> asked = hdr.arp.target_ip;
+        hdr.arp.opcode = 2;
+        hdr.arp.target_hw = hdr.arp.sender_hw;
+        hdr.arp.target_ip = hdr.arp.sender_ip;
+        hdr.arp.sender_hw = mac;
+        hdr.arp.sender_ip = asked;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+    }
+    table arp_responder {
+        key = { hdr.arp.target_ip: exact; }
+        actions = { answer_arp; NoAction; }
+        default_action = NoAction();
+        size = 16;
+    }
+
+    apply {
+        if (hdr.udp.isValid() &&
+            (hdr.udp.dst_port & SWITCHML_UDP_PORT_MASK) == SWITCHML_UDP_PORT_BASE &&
+            switchml_endpoint.apply().hit) {
+            switchml_packets.count(0);
+            if (hdr.switchml.isValid() &&
+                (hdr.switchml.flags & SWITCHML_FLAG_AUTHENTICATED) != 0) {
+                md.auth_bytes = SWITCHML_AUTH_TAG_BYTES;
+            }
+            md.expected_udp_length = 8 + SWITCHML_HEADER_BYTES + md.auth_bytes +
+                                     (hdr.switchml.element_count << 2);
+            if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid() ||
+                hdr.switchml.magic != SWITCHML_MAGIC ||
+                hdr.switchml.wire_version != SWITCHML_WIRE_VERSION ||
+                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PENDING ||
+                hdr.switchml.element_count > SWITCHML_MAX_ELEMENTS ||
+                hdr.udp.length != md.expected_udp_length ||
+                (hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {
+                md.drop_reason = DROP_MALFORMED;
+            } else {
+                switchml_jobs.apply();
+                switchml_senders.apply();
+                rank_bits.apply();
+                if (md.job_known == 1 && hdr.switchml.rank < md.world_size &&
+                    hdr.switchml.slot < md.pool_slots) {
+                    if (md.sender_ok == 0 || hdr.switchml.slot < md.slot_lo ||
+                        hdr.switchml.slot >= md.slot_hi) {
+                        md.drop_reason = DROP_SOURCE_MISMATCH;
+                    } else if (md.auth_bytes != 0) {
+                        md.drop_reason = DROP_BAD_MAC;
+                    }
+                }
+                if (md.drop_reason != DROP_NONE) {
+                    // counted below
+                } else if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
+                    md.drop_reason = DROP_NOT_CONTRIBUTION;
+                } else if (md.job_known == 0) {
+                    md.drop_reason = DROP_UNKNOWN_JOB;
+                } else if (hdr.switchml.rank >= md.world_size) {
+                    md.drop_reason = DROP_RANK_OUT_OF_RANGE;
+                } else if (hdr.switchml.slot >= md.pool_slots) {
+                    md.drop_reason = DROP_SLOT_OUT_OF_RANGE;
+                } else if (!hdr.data.isValid()) {
+                    md.drop_reason = DROP_ELEMENT_COUNT;
+                } else if ((hdr.switchml.exponent + 126 > 254 &&
+                            hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) ||
+                           (hdr.switchml.next_exponent + 126 > 254 &&
+                            hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE)) {
+                    md.drop_reason = DROP_BAD_EXPONENT;
+                } else {
+                    md.index = md.pool_base + (bit<32>)hdr.switchml.slot;
+                    if ((hdr.switchml.flags & SWITCHML_FLAG_VERSION) != 0) {
+                        md.index = md.index + SWITCHML_POOL_SLOTS;
+                    }
+                    slots.apply(hdr, md);
+                }
+            }
+
+            if (md.drop_reason != DROP_NONE) {
+                switchml_drops.count((bit<32>)md.drop_reason);
+                drop();
+            } else if (md.acc_op == ACC_NONE && (md.seen_before & md.rank_bit) != 0) {
+                // Retransmission to an incomplete slot: tell who contributed.
+                hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
+                hdr.switchml.element_count = 1;
+                hdr.switchml.exponent = 0;
+                hdr.switchml.next_exponent = 0;
+                hdr.data.setInvalid();
+                hdr.pending.setValid();
+                hdr.pending.bitmap = md.seen_before;
+                hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
+                hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
+                ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                switchml_events.count(EVENT_PENDING_REPLIES);
+            } else if (md.acc_op == ACC_READ) {
+                hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+                ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                switchml_events.count(EVENT_RESULTS_RESENT);
+            } else if (md.remaining_before == 1 ||
+                       (md.remaining_before == 0 && md.world_size == 1)) {
+                // The n-th contribution: hdr.data holds the sum; multicast it.
+                hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+                hdr.switchml.rank = SWITCHML_ALL_RANKS;
+                ig_tm_md.mcast_grp_a = md.result_group;
+                switchml_events.count(EVENT_SLOTS_COMPLETED);
+            } else {
+                switchml_events.count(EVENT_CONTRIBUTIONS);
+                drop();  // absorbed
+            }
+            // Replies come from the endpoint (egress sets multicast
+            // destinations per replica).
+            bit<32> endpoint_ip = hdr.ipv4.dst_addr;
+            bit<16> endpoint_port = hdr.udp.dst_port;
+            hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+            hdr.ipv4.src_addr = endpoint_ip;
+            hdr.udp.dst_port = hdr.udp.src_port;
+            hdr.udp.src_port = endpoint_port;
+            hdr.udp.checksum = 0;
+            hdr.ipv4.ttl = 64;
+            hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+            hdr.ethernet.src_addr = md.switch_mac;
+            return;
+        }
+
+        if (hdr.arp.isValid() && hdr.arp.opcode == 1 && arp_responder.apply().hit) {
+            return;
+        }
+        if (hdr.ipv4.isValid() && router_macs.apply().hit) {
+            if (hdr.ipv4.ttl <= 1) {
+                drop();
+            } else {
+                ipv4_routes.apply();
+            }
+            return;
+        }
+        l2_hosts.apply();
+    }
+}
+
+control SwitchmlIngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t md,
+                                in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
+    Checksum() ipv4_checksum;
+    apply {
+        if (hdr.ipv4.isValid()) {
+            hdr.ipv4.hdr_checksum = ipv4_checksum.update({
+                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
+                hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset,
+                hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
+        }
+        pkt.emit(hdr);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Egress: rewrite each replica of a result to its worker's socket.
+
+parser SwitchmlEgressParser(packet_in pkt, out headers_t hdr, out metadata_t md,
+                            out egress_intrinsic_metadata_t eg_intr_md) {
+    state start {
+        pkt.extract(eg_intr_md);
+        md = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0};
+        transition parse_ethernet;
+    }
+#include "parser_states.p4"
+}
+
+control SwitchmlEgress(inout headers_t hdr, inout metadata_t md,
+                       in egress_intrinsic_metadata_t eg_intr_md,
+                       in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
+                       inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
+                       inout egress_intrinsic_metadata_for_output_port_t eg_oport_md) {
+    action to_worker(bit<48> mac, bit<32> ip, bit<16> port) {
+        hdr.ethernet.dst_addr = mac;
+        hdr.ipv4.dst_addr = ip;
+        hdr.udp.dst_port = port;
+    }
+    action drop() {
+        eg_dprsr_md.drop_ctl = 1;
+    }
+    table result_replicas {
+        key = { eg_intr_md.egress_rid: exact; }
+        actions = { to_worker; drop; }
+        default_action = drop();
+        size = SWITCHML_MAX_SENDERS;
+    }
+    apply {
+        if (hdr.switchml.isValid() && hdr.switchml.msg_type == SWITCHML_TYPE_RESULT &&
+            hdr.switchml.rank == SWITCHML_ALL_RANKS) {
+            result_replicas.apply();
+        }
+    }
+}
+
+control SwitchmlEgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t md,
+                               in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
+    Checksum() ipv4_checksum;
+    apply {
+        if (hdr.ipv4.isValid()) {
+            hdr.ipv4.hdr_checksum = ipv4_checksum.update({
+                hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
+                hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset,
+                hdr.ipv4.ttl, hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr });
+        }
+        pkt.emit(hdr);
+    }
+}
+
+Pipeline(SwitchmlIngressParser(), SwitchmlIngress(), SwitchmlIngressDeparser(),
+         SwitchmlEgressParser(), SwitchmlEgress(), SwitchmlEgressDeparser()) pipe;
+
+Switch(pipe) main;

@@ -1,0 +1,504 @@
+// Packet-level scenarios against BMv2 simple_switch running
+// p4/v1model/switchml.p4, programmed by the switchml driver. Each scenario
+// is its own test; all of them share one switch (each installs its own job).
+// Skipped, with the reason, where the toolchain or root is missing.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+
+#include "p4/bmv2_harness.h"
+#include "switchml/data_plane.h"
+
+namespace switchml::p4test {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr auto kArrival = 5s;      // generous: BMv2 is slow, not a speed check
+constexpr auto kSilence = 300ms;   // how long "nothing arrives" is watched
+
+std::vector<uint32_t> Values(uint32_t seed) {
+  std::vector<uint32_t> v(kK);
+  for (uint16_t j = 0; j < kK; ++j) v[j] = seed * 1000003u + j * 7919u;
+  return v;
+}
+
+std::vector<uint32_t> Sum(std::initializer_list<std::vector<uint32_t>> parts) {
+  std::vector<uint32_t> s(kK, 0);
+  for (const auto& p : parts) {
+    for (uint16_t j = 0; j < kK; ++j) s[j] += p[j];
+  }
+  return s;
+}
+
+bool SameEndpoint(const Endpoint& a, const Endpoint& b) {
+  return a.mac == b.mac && a.ip.s_addr == b.ip.s_addr && a.port == b.port;
+}
+
+class Bmv2Scenario : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    unavailable_ = new std::string(Bmv2Harness::Unavailable());
+    if (unavailable_->empty()) harness_ = Bmv2Harness::Start(&error_).release();
+  }
+  static void TearDownTestSuite() {
+    delete harness_;
+    harness_ = nullptr;
+    delete unavailable_;
+  }
+  void SetUp() override {
+    if (!unavailable_->empty()) GTEST_SKIP() << *unavailable_;
+    ASSERT_NE(harness_, nullptr) << error_;
+    harness_->Drain();
+  }
+  void TearDown() override {
+    if (harness_ == nullptr) return;
+    for (JobId id : jobs_) harness_->plane().Remove(id);
+  }
+
+  Bmv2Harness& h() { return *harness_; }
+
+  // A job of `world` ranks; rank r sends from host r's port 5000+r.
+  JobId Install(uint16_t world, uint16_t slots = 4, uint32_t pool_base = 0) {
+    const JobId id(next_job_++);
+    std::vector<std::vector<sockaddr_in>> addresses;
+    for (int r = 0; r < world; ++r) addresses.push_back({Socket(r)});
+    const Status s = h().plane().Install(JobAssignment{id, world, kK, slots, pool_base}, addresses);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    jobs_.push_back(id);
+    return id;
+  }
+  static sockaddr_in Socket(int rank) {
+    const Endpoint e = Bmv2Harness::Host(rank);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr = e.ip;
+    a.sin_port = htons(e.port);
+    return a;
+  }
+
+  static PacketHeader Contribution(JobId job, uint16_t rank, uint32_t chunk, uint16_t slot,
+                                   uint8_t version, int16_t exponent = 0, int16_t next = 0) {
+    PacketHeader p;
+    p.type = MessageType::kContribution;
+    p.job = job.value();
+    p.chunk = chunk;
+    p.rank = rank;
+    p.slot = slot;
+    p.element_count = kK;
+    p.version = version;
+    p.exponent = exponent;
+    p.next_exponent = next;
+    return p;
+  }
+  void Send(const PacketHeader& p, const std::vector<uint32_t>& values,
+            uint16_t switch_port = kSwitchPort) {
+    h().SendUdp(p.rank % kHosts, Bmv2Harness::Host(p.rank % kHosts),
+                Bmv2Harness::SwitchEndpoint(switch_port), SwitchmlPayload(p, values));
+  }
+
+  Frame Expect(int host) {
+    auto f = h().Receive(host, kArrival);
+    EXPECT_TRUE(f.has_value()) << "nothing arrived at host " << host;
+    return f.value_or(Frame{});
+  }
+  void ExpectSilence(int host) {
+    auto f = h().Receive(host, kSilence);
+    EXPECT_FALSE(f.has_value()) << "host " << host << " got an unexpected frame";
+  }
+
+  // The result of (job, chunk, slot, version) with `sums` arrives at every
+  // rank in `ranks`, addressed to its socket, from the switch's endpoint.
+  void ExpectResultAtAll(const std::vector<int>& ranks, JobId job, uint32_t chunk, uint16_t slot,
+                         uint8_t version, const std::vector<uint32_t>& sums,
+                         int16_t exponent = 0, int16_t max_next = 0,
+                         uint16_t switch_port = kSwitchPort) {
+    for (int r : ranks) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const Frame f = Expect(r);
+      ASSERT_TRUE(f.is_switchml);
+      EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(r)));
+      const Endpoint from = Bmv2Harness::SwitchEndpoint(switch_port);
+      EXPECT_EQ(f.src.ip.s_addr, from.ip.s_addr);
+      EXPECT_EQ(f.src.port, switch_port);
+      EXPECT_EQ(f.src.mac, from.mac);
+      EXPECT_EQ(f.header.type, MessageType::kResult);
+      EXPECT_EQ(f.header.rank, kAllRanks);
+      EXPECT_EQ(f.header.job, job.value());
+      EXPECT_EQ(f.header.chunk, chunk);
+      EXPECT_EQ(f.header.slot, slot);
+      EXPECT_EQ(f.header.version, version);
+      EXPECT_EQ(f.header.exponent, exponent);
+      EXPECT_EQ(f.header.next_exponent, max_next);
+      EXPECT_EQ(f.words, sums);
+    }
+  }
+  // The stored result goes back to `rank` only.
+  void ExpectResultToSender(int rank, JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
+                            const std::vector<uint32_t>& sums) {
+    const Frame f = Expect(rank);
+    ASSERT_TRUE(f.is_switchml);
+    EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(rank)));
+    EXPECT_EQ(f.header.type, MessageType::kResult);
+    EXPECT_EQ(f.header.rank, rank);
+    EXPECT_EQ(f.header.job, job.value());
+    EXPECT_EQ(f.header.chunk, chunk);
+    EXPECT_EQ(f.header.slot, slot);
+    EXPECT_EQ(f.header.version, version);
+    EXPECT_EQ(f.words, sums);
+  }
+
+  // Polls until the switch has seen `packets` aggregation packets in all.
+  void WaitForPackets(uint64_t packets) {
+    const auto deadline = std::chrono::steady_clock::now() + kArrival;
+    while (Counters().packets < packets) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the switch lost a packet";
+    }
+  }
+
+  DataPlaneCounters Counters() {
+    auto c = h().plane().Counters();
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? c.value() : DataPlaneCounters{};
+  }
+
+  static inline Bmv2Harness* harness_ = nullptr;
+  static inline std::string* unavailable_ = nullptr;
+  static inline std::string error_;
+  static inline uint32_t next_job_ = 1000;
+  std::vector<JobId> jobs_;
+};
+
+TEST_F(Bmv2Scenario, BasicReductionWithTwoWorkers) {
+  const JobId job = Install(2);
+  Send(Contribution(job, 0, 7, 1, 0, 3, -2), Values(1));
+  Send(Contribution(job, 1, 7, 1, 0, 3, 5), Values(2));
+  ExpectResultAtAll({0, 1}, job, 7, 1, 0, Sum({Values(1), Values(2)}), 3, 5);
+}
+
+TEST_F(Bmv2Scenario, BasicReductionWithThreeWorkers) {
+  const JobId job = Install(3);
+  Send(Contribution(job, 2, 0, 0, 0), Values(3));
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  ExpectSilence(0);
+  Send(Contribution(job, 1, 0, 0, 0), Values(2));
+  ExpectResultAtAll({0, 1, 2}, job, 0, 0, 0, Sum({Values(1), Values(2), Values(3)}));
+}
+
+TEST_F(Bmv2Scenario, RetransmissionsAfterCompletionAreAnsweredToTheSenderOnly) {
+  const JobId job = Install(2);
+  Send(Contribution(job, 0, 0, 2, 0), Values(1));
+  Send(Contribution(job, 1, 0, 2, 0), Values(2));
+  const auto sums = Sum({Values(1), Values(2)});
+  ExpectResultAtAll({0, 1}, job, 0, 2, 0, sums);
+  const uint64_t resent = Counters().results_resent;
+  for (int i = 0; i < 3; ++i) {
+    // The retransmission repeats the values; the switch must not add them.
+    Send(Contribution(job, 0, 0, 2, 0), Values(1));
+    ExpectResultToSender(0, job, 0, 2, 0, sums);
+  }
+  ExpectSilence(1);
+  EXPECT_EQ(Counters().results_resent, resent + 3);
+}
+
+TEST_F(Bmv2Scenario, RetransmissionsBeforeCompletionAreNotCounted) {
+  const JobId job = Install(2);
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  for (int i = 0; i < 2; ++i) {
+    Send(Contribution(job, 0, 0, 0, 0), Values(1));
+    // Answered with a pending packet: rank 0 has contributed, rank 1 not.
+    const Frame f = Expect(0);
+    ASSERT_TRUE(f.is_switchml);
+    EXPECT_EQ(f.header.type, MessageType::kPending);
+    EXPECT_EQ(f.header.rank, 0);
+    EXPECT_EQ(f.words, std::vector<uint32_t>{0b01});
+  }
+  Send(Contribution(job, 1, 0, 0, 0), Values(2));
+  ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
+}
+
+TEST_F(Bmv2Scenario, ReductionInTheSecondVersion) {
+  const JobId job = Install(2);
+  Send(Contribution(job, 0, 4, 3, 1), Values(5));
+  Send(Contribution(job, 1, 4, 3, 1), Values(6));
+  ExpectResultAtAll({0, 1}, job, 4, 3, 1, Sum({Values(5), Values(6)}));
+}
+
+TEST_F(Bmv2Scenario, BothVersionsInTurn) {
+  const JobId job = Install(2, 1);
+  for (uint32_t chunk = 0; chunk < 4; ++chunk) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const uint8_t version = chunk % 2;
+    Send(Contribution(job, 0, chunk, 0, version), Values(10 + chunk));
+    Send(Contribution(job, 1, chunk, 0, version), Values(20 + chunk));
+    ExpectResultAtAll({0, 1}, job, chunk, 0, version, Sum({Values(10 + chunk), Values(20 + chunk)}));
+  }
+}
+
+TEST_F(Bmv2Scenario, SlotReuseStartsEachAggregationAfresh) {
+  // The same (slot, version) again and again: the first contribution of a
+  // new chunk overwrites the accumulators instead of adding to them.
+  const JobId job = Install(2, 2);
+  for (uint32_t round = 0; round < 3; ++round) {
+    const uint32_t chunk = round * 2;  // slot 0 sees chunks 0, 2, 4 (window 2)
+    const uint8_t version = round % 2;
+    Send(Contribution(job, 1, chunk, 0, version), Values(30 + round));
+    Send(Contribution(job, 0, chunk, 0, version), Values(40 + round));
+    ExpectResultAtAll({0, 1}, job, chunk, 0, version, Sum({Values(30 + round), Values(40 + round)}));
+  }
+}
+
+TEST_F(Bmv2Scenario, RetransmissionIntoThePreviousVersionAfterTheOtherWorkerMovedOn) {
+  const JobId job = Install(2, 1);
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  Send(Contribution(job, 1, 0, 0, 0), Values(2));
+  const auto first = Sum({Values(1), Values(2)});
+  ExpectResultAtAll({0, 1}, job, 0, 0, 0, first);
+  // Rank 1 moves on to chunk 1 in version 1; rank 0 lost the result of
+  // chunk 0 and asks again in version 0: it still gets it, alone.
+  Send(Contribution(job, 1, 1, 0, 1), Values(3));
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  ExpectResultToSender(0, job, 0, 0, 0, first);
+  ExpectSilence(1);
+  // Then rank 0 moves on too and version 1 completes.
+  Send(Contribution(job, 0, 1, 0, 1), Values(4));
+  ExpectResultAtAll({0, 1}, job, 1, 0, 1, Sum({Values(3), Values(4)}));
+}
+
+TEST_F(Bmv2Scenario, SlotReuseWithRetransmission) {
+  const JobId job = Install(2, 1);
+  // Chunks 0 (v0), 1 (v1), 2 (v0 again) through one slot.
+  for (uint32_t chunk = 0; chunk < 3; ++chunk) {
+    Send(Contribution(job, 0, chunk, 0, chunk % 2), Values(chunk));
+    Send(Contribution(job, 1, chunk, 0, chunk % 2), Values(chunk + 50));
+    ExpectResultAtAll({0, 1}, job, chunk, 0, chunk % 2, Sum({Values(chunk), Values(chunk + 50)}));
+  }
+  // A late retransmission of chunk 0 into version 0 (now holding chunk 2)
+  // is stale: dropped, and chunk 2's result is untouched.
+  const uint64_t stale = Counters().drops[size_t(DropReason::kStaleChunk)];
+  Send(Contribution(job, 0, 0, 0, 0), Values(0));
+  ExpectSilence(0);
+  EXPECT_EQ(Counters().drops[size_t(DropReason::kStaleChunk)], stale + 1);
+  Send(Contribution(job, 1, 2, 0, 0), Values(52));
+  ExpectResultToSender(1, job, 2, 0, 0, Sum({Values(2), Values(52)}));
+}
+
+TEST_F(Bmv2Scenario, ReductionsInDifferentSlotsSteeredByDifferentUdpPorts) {
+  const JobId job = Install(2);
+  const uint16_t port_a = kSwitchPort, port_b = kSwitchPort + 5;
+  Send(Contribution(job, 0, 0, 0, 0), Values(1), port_a);
+  Send(Contribution(job, 0, 1, 1, 0), Values(2), port_b);
+  Send(Contribution(job, 1, 1, 1, 0), Values(3), port_b);
+  ExpectResultAtAll({0, 1}, job, 1, 1, 0, Sum({Values(2), Values(3)}), 0, 0, port_b);
+  Send(Contribution(job, 1, 0, 0, 0), Values(4), port_a);
+  ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(4)}), 0, 0, port_a);
+  // Outside the port range the endpoint does not aggregate.
+  const uint64_t packets = Counters().packets;
+  Send(Contribution(job, 0, 2, 2, 0), Values(1), kSwitchPort + 16);
+  ExpectSilence(0);
+  EXPECT_EQ(Counters().packets, packets);
+}
+
+TEST_F(Bmv2Scenario, OtherTrafficIsSwitchedUnchanged) {
+  // Host 0 to host 2, to a UDP port in the aggregation range: not addressed
+  // to the endpoint, so it is ordinary traffic.
+  const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
+  const auto frame = UdpFrame(Bmv2Harness::Host(0), Bmv2Harness::Host(2, kSwitchPort - 5002),
+                              payload);
+  h().SendRaw(0, frame);
+  const Frame f = Expect(2);
+  EXPECT_EQ(f.bytes, frame);
+  ExpectSilence(1);
+  // An unknown destination MAC is flooded to every port but the ingress.
+  auto unknown = UdpFrame(Bmv2Harness::Host(1), Bmv2Harness::Host(3), payload);
+  unknown[5] = 0x77;
+  h().SendRaw(1, unknown);
+  for (int host : {0, 2, 3}) EXPECT_EQ(Expect(host).bytes, unknown);
+  ExpectSilence(1);
+}
+
+TEST_F(Bmv2Scenario, PacketsAddressedToTheSwitchAreRouted) {
+  // Destination MAC = the switch: routed by IP to host 3, MACs rewritten,
+  // TTL decremented.
+  Endpoint to = Bmv2Harness::Host(3);
+  to.mac = Bmv2Harness::SwitchEndpoint().mac;
+  const auto frame = UdpFrame(Bmv2Harness::Host(0), to, {9, 9});
+  h().SendRaw(0, frame);
+  const Frame f = Expect(3);
+  EXPECT_EQ(f.dst.mac, Bmv2Harness::Host(3).mac);
+  EXPECT_EQ(f.src.mac, Bmv2Harness::SwitchEndpoint().mac);
+  EXPECT_EQ(f.bytes[14 + 8], frame[14 + 8] - 1);  // TTL
+  EXPECT_EQ(f.udp_payload, (std::vector<uint8_t>{9, 9}));
+}
+
+TEST_F(Bmv2Scenario, InvalidPacketsAreDroppedUnderTheirReason) {
+  const JobId job = Install(2, 4);
+  const auto before = Counters();
+  auto send_payload = [&](int host, const Endpoint& src, std::vector<uint8_t> payload) {
+    h().SendUdp(host, src, Bmv2Harness::SwitchEndpoint(), payload);
+  };
+  auto valid = [&] { return SwitchmlPayload(Contribution(job, 0, 0, 0, 0), Values(1)); };
+  std::map<DropReason, uint64_t> sent;
+  auto bad = valid();
+  bad[0] = 0;  // magic
+  send_payload(0, Bmv2Harness::Host(0), bad);
+  auto truncated = valid();
+  truncated.resize(10);  // shorter than the switchml header
+  send_payload(0, Bmv2Harness::Host(0), truncated);
+  sent[DropReason::kMalformed] = 2;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(JobId(999999), 0, 0, 0, 0), Values(1)));
+  sent[DropReason::kUnknownJob] = 1;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(job, 5, 0, 0, 0), Values(1)));
+  sent[DropReason::kRankOutOfRange] = 1;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(job, 0, 0, 4, 0), Values(1)));
+  sent[DropReason::kSlotOutOfRange] = 1;
+  PacketHeader short_packet = Contribution(job, 0, 0, 0, 0);
+  short_packet.element_count = 32;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(short_packet, std::vector<uint32_t>(32, 1)));
+  sent[DropReason::kElementCount] = 1;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(job, 0, 0, 0, 0, 200), Values(1)));
+  sent[DropReason::kBadExponent] = 1;
+  // Rank 0's job entry from another socket (port) and from another host.
+  send_payload(0, Bmv2Harness::Host(0, 1), valid());
+  send_payload(1, Bmv2Harness::Host(1), valid());
+  sent[DropReason::kSourceMismatch] = 2;
+  PacketHeader result = Contribution(job, 0, 0, 0, 0);
+  result.type = MessageType::kResult;
+  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(result, Values(1)));
+  sent[DropReason::kNotContribution] = 1;
+  PacketHeader signed_packet = Contribution(job, 0, 0, 0, 0);
+  signed_packet.authenticated = true;
+  auto with_tag = SwitchmlPayload(signed_packet, Values(1));
+  with_tag.resize(with_tag.size() + kAuthTagBytes);
+  send_payload(0, Bmv2Harness::Host(0), with_tag);
+  sent[DropReason::kBadMac] = 1;
+  // The slot stayed untouched: a clean reduction still works.
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  Send(Contribution(job, 1, 0, 0, 0), Values(2));
+  ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
+  const auto after = Counters();
+  for (int r = 1; r < kNumDropReasons; ++r) {
+    SCOPED_TRACE(DropReasonName(DropReason(r)));
+    EXPECT_EQ(after.drops[size_t(r)] - before.drops[size_t(r)], sent[DropReason(r)]);
+  }
+  EXPECT_EQ(after.contributions - before.contributions, 2u);
+}
+
+TEST_F(Bmv2Scenario, ArpRequestsForTheEndpointAreAnswered) {
+  std::vector<uint8_t> arp(42, 0);
+  const Endpoint me = Bmv2Harness::Host(2), sw = Bmv2Harness::SwitchEndpoint();
+  std::fill(arp.begin(), arp.begin() + 6, 0xff);
+  std::copy(me.mac.begin(), me.mac.end(), arp.begin() + 6);
+  arp[12] = 0x08, arp[13] = 0x06;
+  const uint8_t fixed[] = {0, 1, 8, 0, 6, 4, 0, 1};
+  std::copy(std::begin(fixed), std::end(fixed), arp.begin() + 14);
+  std::copy(me.mac.begin(), me.mac.end(), arp.begin() + 22);
+  std::memcpy(arp.data() + 28, &me.ip, 4);
+  std::memcpy(arp.data() + 38, &sw.ip, 4);
+  h().SendRaw(2, arp);
+  const auto reply = h().ReceiveEtherType(2, 0x0806, kArrival);
+  ASSERT_TRUE(reply.has_value());
+  const std::vector<uint8_t>& r = *reply;
+  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin()));           // to the asker
+  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 6));       // from the switch
+  EXPECT_EQ(r[20], 0);
+  EXPECT_EQ(r[21], 2);                                                        // a reply
+  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 22));      // sender hw
+  EXPECT_EQ(std::memcmp(r.data() + 28, &sw.ip, 4), 0);                        // sender ip
+  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin() + 32));      // target hw
+  EXPECT_EQ(std::memcmp(r.data() + 38, &me.ip, 4), 0);                        // target ip
+}
+
+// "Exactly as the software data plane does": a seeded random trace of valid
+// and invalid packets goes through the P4 switch and through
+// switchml::DataPlane; every reply must match byte for byte, and every
+// counter. All packets enter through port 0, so BMv2 sees them in order.
+TEST_F(Bmv2Scenario, MatchesTheSoftwareDataPlaneOnARandomTrace) {
+  constexpr uint16_t kWorld = 3, kSlots = 2;
+  constexpr uint32_t kBase = 100;
+  const JobId job = Install(kWorld, kSlots, kBase);
+  DataPlaneConfig config;
+  config.pool_slots = 512;
+  config.max_elements_per_packet = kK;
+  config.max_workers = 32;
+  DataPlane software(config);
+  ASSERT_TRUE(software.RegisterJob({job, kWorld, kK, kBase, kSlots}).ok());
+  const auto before = Counters();
+  std::mt19937 rng(20261130);
+  std::vector<uint8_t> out(MaxPacketBytes(kK));
+  // Mostly what workers send (each slot's current chunk, its version), with
+  // old, future and random chunk ids, wrong versions and exponents mixed in.
+  std::vector<uint32_t> current(kSlots + 1);
+  for (uint16_t s = 0; s <= kSlots; ++s) current[s] = s;
+  for (int i = 0; i < 300; ++i) {
+    SCOPED_TRACE("packet " + std::to_string(i));
+    const uint16_t rank = rng() % 10 == 0 ? kWorld : uint16_t(rng() % kWorld);
+    const uint16_t slot = rng() % 16 == 0 ? kSlots : uint16_t(rng() % kSlots);
+    const uint32_t pick = rng() % 40;
+    uint32_t chunk = current[slot];                                   // most packets
+    if (pick < 4 && chunk >= kSlots) chunk -= kSlots;                 // a late one
+    if (pick >= 4 && pick < 7) chunk += kSlots;                       // one round early
+    if (pick == 7) chunk += 2 * kSlots;                               // two rounds early
+    if (pick == 8) chunk = uint32_t(rng() % (chunk + 1));             // any older one
+    const uint8_t version = pick == 9 ? uint8_t(rng() % 2) : uint8_t((chunk / kSlots) % 2);
+    PacketHeader p = Contribution(job, rank, chunk, slot, version, int16_t(rng() % 10 == 0),
+                                  int16_t(int(rng() % 7) - 3));
+    if (rng() % 25 == 0) p.type = MessageType::kResult;
+    std::vector<uint32_t> values(kK);
+    for (auto& v : values) v = rng();
+    const auto payload = SwitchmlPayload(p, values);
+    h().SendUdp(0, Bmv2Harness::Host(rank), Bmv2Harness::SwitchEndpoint(), payload);
+
+    const Verdict v = software.Process(payload, out);
+    const std::vector<uint8_t> reply(out.begin(), out.begin() + v.out_bytes);
+    std::vector<int> receivers;
+    if (v.action == Action::kReplyToSender || v.action == Action::kPendingToSender) {
+      receivers = {int(rank)};
+    } else if (v.action == Action::kSendToAll) {
+      receivers = {0, 1, 2};
+      current[slot] += kSlots;
+    }
+    if (receivers.empty()) {
+      // Nothing to wait for: wait until the switch has counted the packet,
+      // so the next one cannot overtake it or overrun its input queue.
+      WaitForPackets(before.packets + software.counters().packets);
+    }
+    for (int r : receivers) {
+      // Replies to the sender leave through the port the packet came in on.
+      const int host = v.action == Action::kSendToAll ? r : 0;
+      const Frame f = Expect(host);
+      EXPECT_EQ(f.dst.port, Bmv2Harness::Host(r).port);
+      EXPECT_EQ(f.udp_payload, reply);
+    }
+  }
+  for (int host = 0; host < kHosts; ++host) ExpectSilence(host);
+  const auto after = Counters();
+  const DataPlaneCounters& expected = software.counters();
+  EXPECT_EQ(after.packets - before.packets, expected.packets);
+  EXPECT_EQ(after.contributions - before.contributions, expected.contributions);
+  EXPECT_EQ(after.slots_completed - before.slots_completed, expected.slots_completed);
+  EXPECT_EQ(after.results_resent - before.results_resent, expected.results_resent);
+  EXPECT_EQ(after.pending_replies - before.pending_replies, expected.pending_replies);
+  for (int r = 1; r < kNumDropReasons; ++r) {
+    SCOPED_TRACE(DropReasonName(DropReason(r)));
+    EXPECT_EQ(after.drops[size_t(r)] - before.drops[size_t(r)], expected.drops[size_t(r)]);
+  }
+  std::printf("trace: %llu contributions, %llu slots completed, %llu results resent, %llu pending, "
+              "%llu dropped\n",
+              (unsigned long long)expected.contributions, (unsigned long long)expected.slots_completed,
+              (unsigned long long)expected.results_resent, (unsigned long long)expected.pending_replies,
+              (unsigned long long)expected.TotalDrops());
+  // The trace must have reached the interesting paths.
+  EXPECT_GT(expected.slots_completed, 10u);
+  EXPECT_GT(expected.results_resent + expected.pending_replies, 10u);
+  EXPECT_GT(expected.drops[size_t(DropReason::kStaleChunk)], 0u);
+  EXPECT_GT(expected.drops[size_t(DropReason::kChunkMismatch)], 0u);
+}
+
+}  // namespace
+}  // namespace switchml::p4test
