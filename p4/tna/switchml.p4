@@ -50,6 +50,12 @@ struct metadata_t {
     bit<16> expected_udp_length;
 }
 
+// One 64-bit register entry: a slot version's chunk id and seen-bitmap.
+struct chunk_seen_t {
+    bit<32> chunk;
+    bit<32> seen;
+}
+
 // ----------------------------------------------------------------------------
 // Ingress
 
@@ -70,10 +76,6 @@ parser SwitchmlIngressParser(packet_in pkt, out headers_t hdr, out metadata_t md
 // the sender's bit in the other version. The two are equivalent for workers
 // that follow the protocol (p4/README.md, "TNA differences").
 control SwitchmlSlots(inout headers_t hdr, inout metadata_t md) {
-    struct chunk_seen_t {
-        bit<32> chunk;
-        bit<32> seen;
-    }
     Register<chunk_seen_t, bit<32>>(POOL_ENTRIES) slot_chunk_seen;
     RegisterAction<chunk_seen_t, bit<32>, bit<32>>(slot_chunk_seen) contribute = {
         void apply(inout chunk_seen_t value, out bit<32> seen_before) {
