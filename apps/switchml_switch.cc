@@ -22,7 +22,11 @@ int main(int argc, char** argv) {
   int max_jobs = config.data_plane.max_jobs;
   app.add_option("--bind", bind, "IPv4 address to listen on");
   app.add_option("--control-port", config.control_port, "gRPC control port (0: pick a free one)");
-  app.add_option("--data-port", config.data_port, "UDP data port (0: pick a free one)");
+  app.add_option("--data-port", config.data_port,
+                 "UDP data port, the first of --data-threads (0: pick free ones)");
+  app.add_option("--data-threads", config.data_threads,
+                 "data threads (shards), each with its own port and core")
+      ->check(CLI::Range(1, 64));
   app.add_option("--pool-slots", config.data_plane.pool_slots, "aggregation slots shared by all jobs")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--max-elements-per-packet", max_elements, "largest elements per packet a job may use")

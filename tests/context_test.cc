@@ -27,14 +27,16 @@ struct Shape {
   uint32_t world;
   uint32_t threads;
   size_t count;
+  uint16_t shards = 1;  // the switch's data threads
 };
 
 class ContextAllReduce : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
   const Shape shape = GetParam();
-  auto sw = StartSwitch();
+  auto sw = StartSwitch(1024, 16, shape.shards);
   ASSERT_NE(sw, nullptr);
+  ASSERT_EQ(sw->data_ports().size(), shape.shards);
   auto contexts = StartAll(Configs(*sw, "job", shape.world, shape.threads));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
 
@@ -80,11 +82,16 @@ TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
 INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
                          ::testing::Values(Shape{2, 1, 100000}, Shape{4, 1, 70001},
                                            Shape{8, 1, 20000}, Shape{3, 2, 50000},
-                                           Shape{2, 3, 7}, Shape{2, 1, 0}),
+                                           Shape{2, 3, 7}, Shape{2, 1, 0},
+                                           // A sharded switch: worker thread t
+                                           // talks to data thread t % shards.
+                                           Shape{3, 2, 50000, 2}, Shape{2, 5, 30001, 3},
+                                           Shape{2, 1, 1000, 2}),
                          [](const auto& info) {
                            return "n" + std::to_string(info.param.world) + "_t" +
                                   std::to_string(info.param.threads) + "_len" +
-                                  std::to_string(info.param.count);
+                                  std::to_string(info.param.count) + "_s" +
+                                  std::to_string(info.param.shards);
                          });
 
 TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {

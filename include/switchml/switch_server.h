@@ -38,7 +38,12 @@ struct Bmv2Config {
 struct SwitchConfig {
   std::string bind_address = "0.0.0.0";  // IPv4 address to listen on
   uint16_t control_port = kDefaultControlPort;  // gRPC; 0 picks a free port
-  uint16_t data_port = kDefaultDataPort;        // UDP; 0 picks a free port
+  uint16_t data_port = kDefaultDataPort;        // UDP; 0 picks free ports
+  // Data threads ("shards"), each with its own socket on data_port + s and
+  // its own copy of the pool, serving worker threads t with t % shards == s;
+  // nothing is shared between them on the packet path. Workers gain from
+  // more shards when they run at least as many threads.
+  uint16_t data_threads = 1;
   DataPlaneConfig data_plane;
   int socket_buffer_bytes = 16 << 20;
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
@@ -60,7 +65,8 @@ class SwitchServer {
   void Stop();
 
   uint16_t control_port() const;
-  uint16_t data_port() const;
+  uint16_t data_port() const;  // the first shard's
+  std::vector<uint16_t> data_ports() const;
   // The counters a `switchml-ctl stats` prints, in Prometheus text format.
   std::string PrometheusText();
 

@@ -204,6 +204,13 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     data = parsed.value();
   }
   data.sin_port = htons(uint16_t(a.data_port()));
+  for (uint32_t port : a.data_ports()) {
+    if (port == 0 || port > 65535) {
+      impl->stream.TryCancel();
+      impl->reader->Finish();
+      return Status(StatusCode::kInternal, "the switch sent an invalid data port " + std::to_string(port));
+    }
+  }
 
   // Thread t owns the slots [t*S/T, (t+1)*S/T) of the job's S slots.
   const uint32_t slots = a.pool_slots(), threads = config.threads;
@@ -231,8 +238,11 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     impl->workers.push_back(std::make_unique<WorkerThread>(e, std::move(sockets[t]), auth));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
-  for (auto& w : context->impl_->workers) {
-    if (Status s = w->Start(data); !s.ok()) return s;  // ~Context stops what started
+  for (size_t t = 0; t < context->impl_->workers.size(); ++t) {
+    // Worker thread t talks to switch data thread t % shards.
+    sockaddr_in shard = data;
+    if (a.data_ports_size() > 0) shard.sin_port = htons(uint16_t(a.data_ports(int(t % a.data_ports_size()))));
+    if (Status s = context->impl_->workers[t]->Start(shard); !s.ok()) return s;  // ~Context stops what started
   }
   Impl* raw = context->impl_.get();
   context->impl_->control_thread = std::thread([raw] { raw->WatchControlStream(); });

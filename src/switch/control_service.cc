@@ -43,10 +43,28 @@ void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
   }
 }
 
+void Accumulate(DataPlaneCounters& total, const DataPlaneCounters& c) {
+  total.packets += c.packets;
+  total.contributions += c.contributions;
+  total.slots_completed += c.slots_completed;
+  total.results_resent += c.results_resent;
+  total.pending_replies += c.pending_replies;
+  for (size_t i = 0; i < c.drops.size(); ++i) total.drops[i] += c.drops[i];
+  for (size_t i = 0; i < c.decode_errors.size(); ++i) total.decode_errors[i] += c.decode_errors[i];
+}
+
 }  // namespace
 
-ControlService::ControlService(DataThread* data, uint16_t data_port, ExternalDataPlane* external)
-    : data_(data), data_port_(data_port), external_(external), token_source_(std::random_device{}()) {}
+ControlService::ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
+                               ExternalDataPlane* external)
+    : shards_(std::move(shards)),
+      data_ports_(std::move(data_ports)),
+      external_(external),
+      token_source_(std::random_device{}()) {}
+
+void ControlService::ForEachShard(const std::function<void(DataThread&)>& fn) {
+  for (DataThread* shard : shards_) shard->Execute([&] { fn(*shard); });
+}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context,
                                   const control::v1::JoinRequest* req,
@@ -97,10 +115,15 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   }
   Status joined;
   std::optional<JobAssignment> assignment;
-  data_->Execute([&] {
-    joined = data_->registry().Join(join.request);
-    if (joined.ok()) assignment = data_->registry().Assignment(name);
+  // The first shard decides; the others repeat its decision (their
+  // registries see the same calls in the same order, so they agree).
+  shards_[0]->Execute([&] {
+    joined = shards_[0]->registry().Join(join.request);
+    if (joined.ok()) assignment = shards_[0]->registry().Assignment(name);
   });
+  for (size_t s = 1; s < shards_.size() && joined.ok(); ++s) {
+    shards_[s]->Execute([&] { (void)shards_[s]->registry().Join(join.request); });
+  }
   if (!joined.ok()) {
     forget_if_new();
     spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, joined.message());
@@ -120,14 +143,14 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       auth.emplace(secret, job->auth_salt, assignment->id.value(), net::kSwitchSenderId);
       sodium_memzero(secret.data(), secret.size());
     }
-    data_->Execute([&] {
-      data_->InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
-                              job->threads, std::move(book), auth);
+    ForEachShard([&](DataThread& shard) {
+      shard.InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
+                             job->threads, book, auth);
     });
     if (external_ != nullptr) {
       if (Status s = external_->Install(*assignment, job->addresses); !s.ok()) {
         spdlog::error("job '{}': {}", name, s.message());
-        data_->Execute([&] { data_->RemoveAddresses(assignment->id); });
+        ForEachShard([&](DataThread& shard) { shard.RemoveAddresses(assignment->id); });
         EndLocked(job, -1, s.message());
         return ToGrpc(s);
       }
@@ -149,7 +172,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       std::vector<uint16_t> missing;
-      data_->Execute([&] { missing = data_->registry().MissingRanks(name); });
+      shards_[0]->Execute([&] { missing = shards_[0]->registry().MissingRanks(name); });
       std::string list;
       for (size_t i = 0; i < missing.size() && i < 16; ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
@@ -171,8 +194,15 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   a->set_world_size(job->assignment->world_size);
   a->set_elements_per_packet(job->assignment->elements_per_packet);
   a->set_pool_slots(job->assignment->pool_slots);
-  a->set_data_port(external_ != nullptr ? external_->data_port() : data_port_);
-  if (external_ != nullptr) a->set_data_address(external_->data_address());
+  if (external_ != nullptr) {
+    a->set_data_port(external_->data_port());
+    a->set_data_address(external_->data_address());
+  } else {
+    a->set_data_port(data_ports_[0]);
+    if (data_ports_.size() > 1) {
+      for (uint16_t port : data_ports_) a->add_data_ports(port);
+    }
+  }
   a->set_token(job->tokens[rank]);
   a->set_auth_salt(job->auth_salt);
   std::deque<JobEvent> outgoing{first};
@@ -226,9 +256,9 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   job->ended = true;
   job->end_reason = reason;
   if (external_ != nullptr && job->assignment) external_->Remove(job->assignment->id);
-  data_->Execute([&] {
-    if (job->assignment) data_->RemoveAddresses(job->assignment->id);
-    (void)data_->registry().End(job->name);
+  ForEachShard([&](DataThread& shard) {
+    if (job->assignment) shard.RemoveAddresses(job->assignment->id);
+    (void)shard.registry().End(job->name);
   });
   for (size_t r = 0; r < job->events.size(); ++r) {
     if (int(r) == lost_rank) continue;
@@ -263,33 +293,45 @@ control::v1::StatsReply ControlService::CollectStats() {
       spdlog::warn("reading the P4 switch's counters: {}", counters.status().message());
     }
   }
-  data_->Execute([&] {
-    const DataPlane& dp = data_->data_plane();
-    if (external_ == nullptr) FillCounters(dp.counters(), reply.mutable_total());
-    for (int e = 1; e < kNumDecodeErrors; ++e) {
-      if (uint64_t n = dp.counters().decode_errors[e]) {
-        (*reply.mutable_decode_errors())[DecodeErrorName(DecodeError(e))] = n;
-      }
-    }
-    reply.set_packets_sent(data_->packets_sent());
-    reply.set_send_errors(data_->send_errors());
-    reply.set_pool_slots(dp.config().pool_slots);
-    reply.set_free_slots(data_->registry().free_slots());
+  DataPlaneCounters total;
+  std::map<uint32_t, DataPlaneCounters> per_job;
+  uint64_t packets_sent = 0, send_errors = 0;
+  uint32_t pool_slots = 0, free_slots = 0;
+  ForEachShard([&](DataThread& shard) {
+    const DataPlane& dp = shard.data_plane();
+    Accumulate(total, dp.counters());
     for (const auto& [name, job] : jobs_) {
-      auto* j = reply.add_jobs();
-      j->set_job_name(name);
-      j->set_world_size(job->world_size);
-      uint32_t joined = 0;
-      for (const auto& a : job->addresses) joined += a.empty() ? 0 : 1;
-      j->set_joined(joined);
-      j->set_active(job->assignment.has_value());
-      if (job->assignment) {
-        j->set_job_id(job->assignment->id.value());
-        j->set_pool_slots(job->assignment->pool_slots);
-        FillCounters(dp.JobCounters(job->assignment->id), j->mutable_counters());
-      }
+      if (job->assignment) Accumulate(per_job[job->assignment->id.value()], dp.JobCounters(job->assignment->id));
     }
+    packets_sent += shard.packets_sent();
+    send_errors += shard.send_errors();
+    pool_slots = dp.config().pool_slots;  // every shard holds the whole pool
+    free_slots = shard.registry().free_slots();
   });
+  if (external_ == nullptr) FillCounters(total, reply.mutable_total());
+  for (int e = 1; e < kNumDecodeErrors; ++e) {
+    if (uint64_t n = total.decode_errors[e]) {
+      (*reply.mutable_decode_errors())[DecodeErrorName(DecodeError(e))] = n;
+    }
+  }
+  reply.set_packets_sent(packets_sent);
+  reply.set_send_errors(send_errors);
+  reply.set_pool_slots(pool_slots);
+  reply.set_free_slots(free_slots);
+  for (const auto& [name, job] : jobs_) {
+    auto* j = reply.add_jobs();
+    j->set_job_name(name);
+    j->set_world_size(job->world_size);
+    uint32_t joined = 0;
+    for (const auto& a : job->addresses) joined += a.empty() ? 0 : 1;
+    j->set_joined(joined);
+    j->set_active(job->assignment.has_value());
+    if (job->assignment) {
+      j->set_job_id(job->assignment->id.value());
+      j->set_pool_slots(job->assignment->pool_slots);
+      FillCounters(per_job[job->assignment->id.value()], j->mutable_counters());
+    }
+  }
   return reply;
 }
 

@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,9 +19,14 @@ namespace switchml {
 
 class ControlService final : public control::v1::Control::Service {
  public:
-  // With `external`, jobs are installed there (a P4 switch) and workers
-  // send their data to it; `data` still allocates pools and job ids.
-  ControlService(DataThread* data, uint16_t data_port, ExternalDataPlane* external = nullptr);
+  // `shards[s]` is the data thread listening on `data_ports[s]`; each holds
+  // every job (the same registrations in the same order give the same ids
+  // and segments everywhere), and serves the worker threads t with
+  // t % shards == s. With `external`, jobs are installed there (a P4
+  // switch) and workers send their data to it; the shards still allocate
+  // pools and job ids.
+  ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
+                 ExternalDataPlane* external = nullptr);
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -52,8 +58,11 @@ class ControlService final : public control::v1::Control::Service {
   // Ends `job` (under mu_): frees it in the data plane, tells the other ranks.
   void EndLocked(const std::shared_ptr<Job>& job, int lost_rank, const std::string& reason);
 
-  DataThread* data_;
-  uint16_t data_port_;
+  // Runs `fn(shard)` on each data thread in turn.
+  void ForEachShard(const std::function<void(DataThread&)>& fn);
+
+  std::vector<DataThread*> shards_;
+  std::vector<uint16_t> data_ports_;
   ExternalDataPlane* external_;
   std::mutex mu_;
   std::condition_variable changed_;

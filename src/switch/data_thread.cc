@@ -13,9 +13,12 @@ namespace {
 constexpr size_t kBatch = 64;
 }  // namespace
 
-DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket)
+DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard,
+                       uint16_t shards)
     : data_plane_(config),
       registry_(&data_plane_),
+      shard_(shard),
+      shards_(shards),
       socket_(std::move(socket)),
       // One extra byte tells a datagram that is too long from one that fits.
       recv_(kBatch, MaxPacketBytes(config.max_elements_per_packet) + 1),
@@ -124,9 +127,11 @@ void DataThread::Handle(std::span<const uint8_t> packet, const sockaddr_in& sour
                      h.slot < book.thread_of_slot.size();
   // Only the registered socket of (rank, thread owning the slot) may speak
   // for that rank; everything else is counted and dropped.
+  const uint16_t thread = known ? book.thread_of_slot[h.slot] : 0;
   const sockaddr_in* rank_address =
-      known ? &book.addresses[size_t(h.rank) * book.threads + book.thread_of_slot[h.slot]] : nullptr;
-  if (known && !net::SameAddress(*rank_address, source)) {
+      known ? &book.addresses[size_t(h.rank) * book.threads + thread] : nullptr;
+  // ... and only to the shard that serves that thread.
+  if (known && (!net::SameAddress(*rank_address, source) || thread % shards_ != shard_)) {
     data_plane_.CountDroppedPacket(h.job, DropReason::kSourceMismatch);
     return;
   }
@@ -142,9 +147,8 @@ void DataThread::Handle(std::span<const uint8_t> packet, const sockaddr_in& sour
   const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
   const std::span<const uint8_t> result(out.data(), length);
   if (v.action == Action::kSendToAll) {
-    const uint16_t t = book.thread_of_slot[h.slot];
     for (uint16_t r = 0; r < v.world_size; ++r) {
-      send_.AddRef(socket_.fd(), result, book.addresses[size_t(r) * book.threads + t]);
+      send_.AddRef(socket_.fd(), result, book.addresses[size_t(r) * book.threads + thread]);
     }
   } else {
     send_.AddRef(socket_.fd(), result, *rank_address);

@@ -25,7 +25,10 @@ namespace switchml {
 
 class DataThread {
  public:
-  DataThread(const DataPlaneConfig& config, net::UdpSocket socket);
+  // Shard `shard` of `shards` serves the worker threads t with
+  // t % shards == shard (each worker thread sends to one shard's socket).
+  DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard = 0,
+             uint16_t shards = 1);
   ~DataThread();  // Stop()s
   DataThread(const DataThread&) = delete;
   DataThread& operator=(const DataThread&) = delete;
@@ -65,6 +68,8 @@ class DataThread {
 
   DataPlane data_plane_;
   JobRegistry registry_;
+  uint16_t shard_;
+  uint16_t shards_;
   net::UdpSocket socket_;
   net::RecvBatch recv_;
   net::SendBatch send_;

@@ -12,19 +12,42 @@
 #include "switch/stats_format.h"
 
 namespace switchml {
+namespace {
+
+std::string PortList(const std::vector<uint16_t>& ports) {
+  std::string text;
+  for (uint16_t p : ports) text += (text.empty() ? "" : ",") + std::to_string(p);
+  return text;
+}
+
+}  // namespace
 
 struct SwitchServer::Impl {
   SwitchConfig config;
   std::unique_ptr<ExternalDataPlane> external;  // a P4 switch, or null
-  std::unique_ptr<DataThread> data;
+  std::vector<std::unique_ptr<DataThread>> shards;
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
   uint16_t control_port = 0;
-  uint16_t data_port = 0;
+  std::vector<uint16_t> data_ports;
   std::once_flag stop_once;
 };
 
-Status SwitchConfig::Validate() const { return data_plane.Validate(); }
+Status SwitchConfig::Validate() const {
+  if (data_threads == 0 || data_threads > 64) {
+    return InvalidArgument("data_threads=" + std::to_string(data_threads) +
+                           " is out of range; use 1..64 (about one per core)");
+  }
+  if (data_port != 0 && uint32_t(data_port) + data_threads > 65536) {
+    return InvalidArgument("data_port=" + std::to_string(data_port) + " leaves no room for " +
+                           std::to_string(data_threads) + " data threads' ports");
+  }
+  if (bmv2 && data_threads != 1) {
+    return InvalidArgument("data_threads must be 1 with the bmv2 data plane (the P4 switch "
+                           "carries the data)");
+  }
+  return data_plane.Validate();
+}
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& requested) {
   SwitchConfig config = requested;
@@ -41,16 +64,22 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
   if (Status s = config.Validate(); !s.ok()) return s;
   auto bind = net::ParseAddress(config.bind_address, config.data_port);
   if (!bind.ok()) return bind.status();
-  auto socket = net::UdpSocket::Bind(bind.value(), config.socket_buffer_bytes);
-  if (!socket.ok()) return socket.status();
 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->external = std::move(external);
-  impl->data_port = ntohs(socket.value().LocalAddress().sin_port);
-  impl->data = std::make_unique<DataThread>(config.data_plane, std::move(socket).value());
-  impl->service = std::make_unique<ControlService>(impl->data.get(), impl->data_port,
-                                                   impl->external.get());
+  std::vector<DataThread*> shards;
+  for (uint16_t s = 0; s < config.data_threads; ++s) {
+    sockaddr_in local = bind.value();
+    if (config.data_port != 0) local.sin_port = htons(uint16_t(config.data_port + s));
+    auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
+    if (!socket.ok()) return socket.status();
+    impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
+    impl->shards.push_back(std::make_unique<DataThread>(config.data_plane, std::move(socket).value(),
+                                                        s, config.data_threads));
+    shards.push_back(impl->shards.back().get());
+  }
+  impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get());
 
   grpc::ServerBuilder builder;
   int selected = 0;
@@ -70,7 +99,7 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
                            " (port in use? pick another with --control-port)");
   }
   impl->control_port = uint16_t(selected);
-  impl->data->Start();
+  for (auto& shard : impl->shards) shard->Start();
   if (impl->external) {
     spdlog::info("switch control listening on {}:{} (gRPC); jobs run on the P4 switch at {}:{}",
                  listen.substr(0, listen.rfind(':')), impl->control_port,
@@ -80,7 +109,7 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
   spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
                "elements, up to {} workers per job",
                listen.substr(0, listen.rfind(':')), impl->control_port,
-               listen.substr(0, listen.rfind(':')), impl->data_port, config.data_plane.pool_slots,
+               listen.substr(0, listen.rfind(':')), PortList(impl->data_ports), config.data_plane.pool_slots,
                config.data_plane.max_elements_per_packet, config.data_plane.max_workers);
   return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
 }
@@ -94,15 +123,16 @@ void SwitchServer::Stop() {
     impl_->service->EndAll("the switch is shutting down");
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     impl_->server->Wait();
-    impl_->data->Stop();
+    for (auto& shard : impl_->shards) shard->Stop();
     spdlog::info("switch stopped");
   });
 }
 
 uint16_t SwitchServer::control_port() const { return impl_->control_port; }
 uint16_t SwitchServer::data_port() const {
-  return impl_->external ? impl_->external->data_port() : impl_->data_port;
+  return impl_->external ? impl_->external->data_port() : impl_->data_ports[0];
 }
+std::vector<uint16_t> SwitchServer::data_ports() const { return impl_->data_ports; }
 
 std::string SwitchServer::PrometheusText() {
   return FormatPrometheus(impl_->service->CollectStats());
