@@ -48,7 +48,11 @@ netns_background() {
 
 netns_cleanup() {
   for pid in "${NETNS_PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-  for ns in $(ip netns list | awk '{print $1}' | grep "^$NETNS_TAG-"); do ip netns del "$ns"; done
+  # Anything still running inside our namespaces (e.g. MPI daemons) is ours.
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$NETNS_TAG-"); do
+    ip netns pids "$ns" | xargs -r kill 2>/dev/null || true
+    ip netns del "$ns"
+  done
   [[ -n ${NETNS_CLEANUP_EXTRA:-} ]] && eval "$NETNS_CLEANUP_EXTRA"
   return 0
 }

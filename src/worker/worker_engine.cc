@@ -339,7 +339,11 @@ void WorkerEngine::SampleRoundTrip(Nanos sample) {
     rttvar_ = (rttvar_ * 3 + error) / 4;
     srtt_ = (srtt_ * 7 + sample) / 8;
   }
-  rto_ = std::clamp(srtt_ + 4 * rttvar_, config_.retransmit_timeout,
+  // At least twice the smoothed round trip: behind a rate limit the round
+  // trip is mostly queueing, its variance is small, and a timeout just above
+  // it fires on every hiccup; each spurious resend lengthens the queue and so
+  // the next round trip (measured: 40% resends at 200 Mbit/s without this).
+  rto_ = std::clamp(std::max(srtt_ + 4 * rttvar_, 2 * srtt_), config_.retransmit_timeout,
                     config_.max_retransmit_timeout);
 }
 

@@ -138,6 +138,14 @@ class Bmv2Scenario : public ::testing::Test {
       EXPECT_EQ(f.words, sums);
     }
   }
+  // Ranks 0 and 1 of a two-rank job contribute Values(seed0) and
+  // Values(seed1); the sum reaches both.
+  void ReduceTwo(JobId job, uint32_t chunk, uint16_t slot, uint8_t version, uint32_t seed0,
+                 uint32_t seed1) {
+    Send(Contribution(job, 0, chunk, slot, version), Values(seed0));
+    Send(Contribution(job, 1, chunk, slot, version), Values(seed1));
+    ExpectResultAtAll({0, 1}, job, chunk, slot, version, Sum({Values(seed0), Values(seed1)}));
+  }
   // The stored result goes back to `rank` only.
   void ExpectResultToSender(int rank, JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
                             const std::vector<uint32_t>& sums) {
@@ -233,10 +241,7 @@ TEST_F(Bmv2Scenario, BothVersionsInTurn) {
   const JobId job = Install(2, 1);
   for (uint32_t chunk = 0; chunk < 4; ++chunk) {
     SCOPED_TRACE("chunk " + std::to_string(chunk));
-    const uint8_t version = chunk % 2;
-    Send(Contribution(job, 0, chunk, 0, version), Values(10 + chunk));
-    Send(Contribution(job, 1, chunk, 0, version), Values(20 + chunk));
-    ExpectResultAtAll({0, 1}, job, chunk, 0, version, Sum({Values(10 + chunk), Values(20 + chunk)}));
+    ReduceTwo(job, chunk, 0, uint8_t(chunk % 2), 10 + chunk, 20 + chunk);
   }
 }
 
@@ -245,11 +250,8 @@ TEST_F(Bmv2Scenario, SlotReuseStartsEachAggregationAfresh) {
   // new chunk overwrites the accumulators instead of adding to them.
   const JobId job = Install(2, 2);
   for (uint32_t round = 0; round < 3; ++round) {
-    const uint32_t chunk = round * 2;  // slot 0 sees chunks 0, 2, 4 (window 2)
-    const uint8_t version = round % 2;
-    Send(Contribution(job, 1, chunk, 0, version), Values(30 + round));
-    Send(Contribution(job, 0, chunk, 0, version), Values(40 + round));
-    ExpectResultAtAll({0, 1}, job, chunk, 0, version, Sum({Values(30 + round), Values(40 + round)}));
+    // Slot 0 sees chunks 0, 2, 4 (window 2).
+    ReduceTwo(job, round * 2, 0, uint8_t(round % 2), 30 + round, 40 + round);
   }
 }
 
@@ -273,11 +275,7 @@ TEST_F(Bmv2Scenario, RetransmissionIntoThePreviousVersionAfterTheOtherWorkerMove
 TEST_F(Bmv2Scenario, SlotReuseWithRetransmission) {
   const JobId job = Install(2, 1);
   // Chunks 0 (v0), 1 (v1), 2 (v0 again) through one slot.
-  for (uint32_t chunk = 0; chunk < 3; ++chunk) {
-    Send(Contribution(job, 0, chunk, 0, chunk % 2), Values(chunk));
-    Send(Contribution(job, 1, chunk, 0, chunk % 2), Values(chunk + 50));
-    ExpectResultAtAll({0, 1}, job, chunk, 0, chunk % 2, Sum({Values(chunk), Values(chunk + 50)}));
-  }
+  for (uint32_t chunk = 0; chunk < 3; ++chunk) ReduceTwo(job, chunk, 0, chunk % 2, chunk, chunk + 50);
   // A late retransmission of chunk 0 into version 0 (now holding chunk 2)
   // is stale: dropped, and chunk 2's result is untouched.
   const uint64_t stale = Counters().drops[size_t(DropReason::kStaleChunk)];
