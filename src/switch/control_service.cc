@@ -15,6 +15,9 @@ namespace {
 using control::v1::JobEvent;
 using namespace std::chrono_literals;
 
+// How long a job outlives a rank that left on purpose while others still run.
+constexpr auto kLeaveGrace = 2s;
+
 
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
@@ -91,6 +94,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     entry->addresses.resize(entry->world_size);
     entry->events.resize(entry->world_size);
     entry->tokens.resize(entry->world_size);
+    entry->departed.resize(entry->world_size);
     entry->auth_key = join.auth_key;
   }
   const std::shared_ptr<Job> job = entry;
@@ -216,7 +220,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       lock.lock();
       outgoing.pop_front();
       if (!written) {
-        EndLocked(job, rank, gone);
+        // A rank that left on purpose closes its stream next; that is no crash.
+        if (!job->departed[rank]) EndLocked(job, rank, gone);
         return grpc::Status(grpc::StatusCode::CANCELLED, "worker left");
       }
     }
@@ -224,8 +229,12 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     if (!outgoing.empty()) continue;
     if (job->ended) return grpc::Status::OK;
     if (context->IsCancelled()) {
-      EndLocked(job, rank, gone);
+      if (!job->departed[rank]) EndLocked(job, rank, gone);
       return grpc::Status(grpc::StatusCode::CANCELLED, "worker left");
+    }
+    if (job->end_at && std::chrono::steady_clock::now() >= *job->end_at) {
+      EndLocked(job, job->end_rank, job->end_at_reason);
+      continue;  // deliver this rank's own event
     }
     changed_.wait_for(lock, 50ms);
   }
@@ -246,7 +255,22 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
                             "' did not present its token");
   }
   const std::string rank = std::to_string(req->rank());
-  EndLocked(job, int(req->rank()), "rank " + rank + " stopped (left the job)");
+  const std::string reason = "rank " + rank + " stopped (left the job)";
+  if (!job->departed[req->rank()]) {
+    job->departed[req->rank()] = true;
+    ++job->departed_count;
+  }
+  if (job->departed_count == job->world_size || !job->assignment) {
+    EndLocked(job, int(req->rank()), reason);
+  } else if (!job->end_at) {
+    // Others may still be fetching results of the operations this rank
+    // completed; operations that need its contributions fail at the end
+    // of the grace period, naming it.
+    job->end_at = std::chrono::steady_clock::now() + kLeaveGrace;
+    job->end_rank = int(req->rank());
+    job->end_at_reason = reason;
+    changed_.notify_all();
+  }
   return grpc::Status::OK;
 }
 

@@ -1,6 +1,7 @@
 // The gRPC control service of the software switch (proto/switchml/control.proto).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -53,6 +54,14 @@ class ControlService final : public control::v1::Control::Service {
     std::vector<uint64_t> tokens;                            // per rank, for Leave
     std::string auth_key;                                    // the first rank's secret
     std::string auth_salt;                                   // with a secret
+    // Ranks that left on purpose (Leave). The job ends when all have, or at
+    // `end_at`: a grace period in which the others can still fetch results of
+    // operations the leaver completed (a lost result is re-sent by the switch).
+    std::vector<bool> departed;
+    uint16_t departed_count = 0;
+    std::optional<std::chrono::steady_clock::time_point> end_at;
+    int end_rank = -1;
+    std::string end_at_reason;
   };
 
   // Ends `job` (under mu_): frees it in the data plane, tells the other ranks.
