@@ -1,15 +1,22 @@
-# Shared by the network-namespace benchmarks (bench/netns_*): a private
-# network of hosts on one bridge, 10.99.0.x addresses that exist only inside
-# the namespaces. Source it, call netns_init TAG, then netns_host NAME ADDR
-# for each host. Everything is removed on exit.
+# Shared by the network-namespace benchmarks (bench/netns_*) and tests: a
+# private network of hosts on one bridge, 10.99.0.x addresses that exist only
+# inside the namespaces. Source it, call netns_init TAG, then netns_host NAME
+# ADDR for each host. Everything is removed on exit. A script that builds its
+# own topology calls netns_begin TAG instead and names its namespaces TAG-*.
 #
 # Needs root, iproute2; the caller checks and exits 77 (skipped) otherwise.
 
-netns_init() {
+# netns_begin TAG: on exit, stop $NETNS_PIDS and everything still running in
+# the namespaces TAG-*, delete them, and eval $NETNS_CLEANUP_EXTRA.
+netns_begin() {
   NETNS_TAG=$1
-  NETNS_BRIDGE=$NETNS_TAG-br
   NETNS_PIDS=()
   trap netns_cleanup EXIT
+}
+
+netns_init() {
+  netns_begin "$1"
+  NETNS_BRIDGE=$NETNS_TAG-br
   ip netns add "$NETNS_BRIDGE" 2>/dev/null || { echo "SKIPPED: cannot create network namespaces" >&2; exit 77; }
   ip netns exec "$NETNS_BRIDGE" ip link add br0 type bridge
   ip netns exec "$NETNS_BRIDGE" ip link set br0 up
@@ -47,7 +54,7 @@ netns_background() {
 }
 
 netns_cleanup() {
-  for pid in "${NETNS_PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+  for pid in "${NETNS_PIDS[@]}"; do { kill "$pid" && wait "$pid"; } 2>/dev/null || true; done
   # Anything still running inside our namespaces (e.g. MPI daemons) is ours.
   for ns in $(ip netns list | awk '{print $1}' | grep "^$NETNS_TAG-"); do
     ip netns pids "$ns" | xargs -r kill 2>/dev/null || true

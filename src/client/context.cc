@@ -185,30 +185,32 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   impl->reader = impl->stub->Join(&impl->stream, request);
   control::v1::JobEvent first;
   if (!impl->reader->Read(&first)) return JoinError(impl->reader->Finish(), impl->job);
-  if (!first.has_assignment()) {
+  // Ends the Join stream of an assignment this worker cannot use.
+  auto abandon = [&impl](Status s) {
     impl->stream.TryCancel();
     impl->reader->Finish();
-    return Status(StatusCode::kInternal, "the switch sent no assignment for " + impl->job);
+    return s;
+  };
+  if (!first.has_assignment()) {
+    return abandon(Status(StatusCode::kInternal, "the switch sent no assignment for " + impl->job));
   }
   const auto& a = first.assignment();
   impl->token = a.token();
   sockaddr_in data = control.value();
   if (!a.data_address().empty()) {
     auto parsed = net::ParseAddress(a.data_address(), 0);
-    if (!parsed.ok() || a.data_port() == 0 || a.data_port() > 65535) {
-      impl->stream.TryCancel();
-      impl->reader->Finish();
-      return Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
-                                               a.data_address().substr(0, 64) + "'");
+    if (!parsed.ok()) {
+      return abandon(Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
+                                                       a.data_address().substr(0, 64) + "'"));
     }
     data = parsed.value();
   }
-  data.sin_port = htons(uint16_t(a.data_port()));
-  for (uint32_t port : a.data_ports()) {
+  std::vector<uint32_t> ports(a.data_ports().begin(), a.data_ports().end());
+  if (ports.empty()) ports.push_back(a.data_port());
+  for (uint32_t port : ports) {
     if (port == 0 || port > 65535) {
-      impl->stream.TryCancel();
-      impl->reader->Finish();
-      return Status(StatusCode::kInternal, "the switch sent an invalid data port " + std::to_string(port));
+      return abandon(Status(StatusCode::kInternal,
+                            "the switch sent an invalid data port " + std::to_string(port)));
     }
   }
 
@@ -225,11 +227,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
     e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
     e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
-    if (Status s = e.Validate(); !s.ok()) {
-      impl->stream.TryCancel();
-      impl->reader->Finish();
-      return s;
-    }
+    if (Status s = e.Validate(); !s.ok()) return abandon(s);
     std::optional<net::PacketAuthenticator> auth;
     if (secret) {
       auth.emplace(*secret, a.auth_salt(), a.job_id(),
@@ -241,7 +239,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   for (size_t t = 0; t < context->impl_->workers.size(); ++t) {
     // Worker thread t talks to switch data thread t % shards.
     sockaddr_in shard = data;
-    if (a.data_ports_size() > 0) shard.sin_port = htons(uint16_t(a.data_ports(int(t % a.data_ports_size()))));
+    shard.sin_port = htons(uint16_t(ports[t % ports.size()]));
     if (Status s = context->impl_->workers[t]->Start(shard); !s.ok()) return s;  // ~Context stops what started
   }
   Impl* raw = context->impl_.get();

@@ -112,6 +112,20 @@ class Bmv2Scenario : public ::testing::Test {
     EXPECT_FALSE(f.has_value()) << "host " << host << " got an unexpected frame";
   }
 
+  // A result frame for (job, chunk, slot, version) holding `sums`, addressed
+  // to rank `to`'s socket, its rank field `rank_field`.
+  static void CheckResult(const Frame& f, int to, uint16_t rank_field, JobId job, uint32_t chunk,
+                          uint16_t slot, uint8_t version, const std::vector<uint32_t>& sums) {
+    ASSERT_TRUE(f.is_switchml);
+    EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(to)));
+    EXPECT_EQ(f.header.type, MessageType::kResult);
+    EXPECT_EQ(f.header.rank, rank_field);
+    EXPECT_EQ(f.header.job, job.value());
+    EXPECT_EQ(f.header.chunk, chunk);
+    EXPECT_EQ(f.header.slot, slot);
+    EXPECT_EQ(f.header.version, version);
+    EXPECT_EQ(f.words, sums);
+  }
   // The result of (job, chunk, slot, version) with `sums` arrives at every
   // rank in `ranks`, addressed to its socket, from the switch's endpoint.
   void ExpectResultAtAll(const std::vector<int>& ranks, JobId job, uint32_t chunk, uint16_t slot,
@@ -121,21 +135,14 @@ class Bmv2Scenario : public ::testing::Test {
     for (int r : ranks) {
       SCOPED_TRACE("rank " + std::to_string(r));
       const Frame f = Expect(r);
-      ASSERT_TRUE(f.is_switchml);
-      EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(r)));
+      CheckResult(f, r, kAllRanks, job, chunk, slot, version, sums);
+      if (HasFatalFailure()) return;
       const Endpoint from = Bmv2Harness::SwitchEndpoint(switch_port);
       EXPECT_EQ(f.src.ip.s_addr, from.ip.s_addr);
       EXPECT_EQ(f.src.port, switch_port);
       EXPECT_EQ(f.src.mac, from.mac);
-      EXPECT_EQ(f.header.type, MessageType::kResult);
-      EXPECT_EQ(f.header.rank, kAllRanks);
-      EXPECT_EQ(f.header.job, job.value());
-      EXPECT_EQ(f.header.chunk, chunk);
-      EXPECT_EQ(f.header.slot, slot);
-      EXPECT_EQ(f.header.version, version);
       EXPECT_EQ(f.header.exponent, exponent);
       EXPECT_EQ(f.header.next_exponent, max_next);
-      EXPECT_EQ(f.words, sums);
     }
   }
   // Ranks 0 and 1 of a two-rank job contribute Values(seed0) and
@@ -149,16 +156,7 @@ class Bmv2Scenario : public ::testing::Test {
   // The stored result goes back to `rank` only.
   void ExpectResultToSender(int rank, JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
                             const std::vector<uint32_t>& sums) {
-    const Frame f = Expect(rank);
-    ASSERT_TRUE(f.is_switchml);
-    EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(rank)));
-    EXPECT_EQ(f.header.type, MessageType::kResult);
-    EXPECT_EQ(f.header.rank, rank);
-    EXPECT_EQ(f.header.job, job.value());
-    EXPECT_EQ(f.header.chunk, chunk);
-    EXPECT_EQ(f.header.slot, slot);
-    EXPECT_EQ(f.header.version, version);
-    EXPECT_EQ(f.words, sums);
+    CheckResult(Expect(rank), rank, uint16_t(rank), job, chunk, slot, version, sums);
   }
 
   // Polls until the switch has seen `packets` aggregation packets in all.
