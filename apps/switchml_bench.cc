@@ -58,18 +58,19 @@ int RunWorker(const Options& o) {
   const bool is_float = o.dtype == "float32";
   const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
 
-  std::vector<uint32_t> in(count), out(count);
-  if (is_float) {
-    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, o.rank, config.elements_per_packet);
-  } else {
-    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, o.rank);
-  }
   auto context = Context::Start(config);
   if (!context.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", o.rank, context.status().ToString().c_str());
     return 1;
   }
   Context& ctx = *context.value();
+  config = ctx.config();  // with the switch's elements_per_packet
+  std::vector<uint32_t> in(count), out(count);
+  if (is_float) {
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, o.rank, config.elements_per_packet);
+  } else {
+    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, o.rank);
+  }
   std::vector<double> times;
   int32_t token = 0;
   for (int rep = -o.warmup; rep < o.reps; ++rep) {
@@ -101,6 +102,9 @@ int RunWorker(const Options& o) {
                                        bench::Digest(out.data(), bytes));
   j["elements_per_packet"] = config.elements_per_packet;
   j["pool_slots"] = config.pool_slots;
+  j["window_slots"] = config.window_slots;  // 0: measured
+  j["window"] = c.window;
+  j["min_rtt_us"] = c.min_rtt_us;
   j["threads"] = config.threads;
   j["authenticated"] = !config.auth_key.empty();
   j["packets_sent"] = c.packets_sent;
@@ -175,8 +179,9 @@ int main(int argc, char** argv) {
   pass(app.add_option("--config", o.config_file, "TOML file of Context settings"));
   pass(app.add_option("--job", o.context.job_name, "job name"));
   pass(app.add_option("--threads", o.context.threads, "I/O threads per worker"));
-  pass(app.add_option("--elements-per-packet", o.context.elements_per_packet, "int32 values per packet"));
+  pass(app.add_option("--elements-per-packet", o.context.elements_per_packet, "int32 values per packet (0: fit the path MTU)"));
   pass(app.add_option("--pool-slots", o.context.pool_slots, "switch slots per job"));
+  pass(app.add_option("--window-slots", o.context.window_slots, "packets in flight (0: measured)"));
   pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
   pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
   CLI11_PARSE(app, argc, argv);

@@ -44,6 +44,16 @@ TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
   c.pool_slots = 2;
   EXPECT_NE(c.Validate().message().find("threads=4 exceeds pool_slots=2"), std::string::npos);
   c = ContextConfig{};
+  c.window_slots = 200;
+  EXPECT_NE(c.Validate().message().find("window_slots=200 exceeds pool_slots=128"),
+            std::string::npos);
+  c.window_slots = 2;
+  c.threads = 3;
+  EXPECT_NE(c.Validate().message().find("window_slots=2 is less than threads=3"), std::string::npos);
+  c.window_slots = 0;
+  c.elements_per_packet = 0;
+  EXPECT_TRUE(c.Validate().ok());
+  c = ContextConfig{};
   EXPECT_TRUE(c.Set("world_size", "4").ok());
   EXPECT_EQ(c.world_size, 4u);
   EXPECT_FALSE(c.Set("world_size", "four").ok());

@@ -94,6 +94,32 @@ INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
                                   std::to_string(info.param.shards);
                          });
 
+// elements_per_packet 0: loopback's 64 KiB MTU carries 8192, the switch
+// (default limit 1024) less; every rank gets the switch's choice. A fixed
+// window is split over the threads.
+TEST(ContextSizing, PacketSizeFromThePathAndTheSwitchAndAFixedWindow) {
+  auto sw = StartSwitch();
+  ASSERT_NE(sw, nullptr);
+  auto configs = Configs(*sw, "sized", 2, 2);
+  for (auto& c : configs) {
+    c.elements_per_packet = 0;
+    c.window_slots = 6;
+  }
+  auto contexts = StartAll(configs);
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  const size_t n = 5000;
+  std::vector<std::vector<int32_t>> in(2, std::vector<int32_t>(n)), out = in;
+  for (size_t i = 0; i < n; ++i) in[0][i] = int32_t(i), in[1][i] = int32_t(3 * i);
+  ForEachRank(2, [&](size_t r) {
+    EXPECT_EQ(contexts[r]->config().elements_per_packet, 1024u);
+    EXPECT_TRUE(contexts[r]->AllReduce(in[r].data(), out[r].data(), n, DType::kInt32).ok());
+    EXPECT_EQ(contexts[r]->counters().window, 6u);
+    EXPECT_GT(contexts[r]->counters().min_rtt_us, 0.0);
+  });
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[1][i], int32_t(4 * i)) << i;
+  EXPECT_EQ(out[0], out[1]);
+}
+
 TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {
   auto sw = StartSwitch();
   ASSERT_NE(sw, nullptr);

@@ -55,6 +55,36 @@ TEST_F(JobRegistryTest, ElementsPerPacketMismatchIsRejected) {
       << s.message();
 }
 
+// elements_per_packet 0: the largest power of two that every rank's path
+// (256 when a rank does not know) and the data plane (256 here) carry.
+TEST_F(JobRegistryTest, AutomaticElementsPerPacketFitsEveryPathAndTheSwitch) {
+  auto automatic = [&](const std::string& name, uint16_t rank, uint16_t path) {
+    JobRequest r = Request(name, rank, 3);
+    r.elements_per_packet = 0;
+    r.path_elements_per_packet = path;
+    return registry_.Join(r);
+  };
+  ASSERT_TRUE(automatic("a", 0, 8192).ok());
+  ASSERT_TRUE(automatic("a", 1, 128).ok());
+  ASSERT_TRUE(automatic("a", 2, 1000).ok());
+  EXPECT_EQ(registry_.Assignment("a")->elements_per_packet, 128);
+  ASSERT_TRUE(registry_.End("a").ok());
+  for (uint16_t r = 0; r < 3; ++r) ASSERT_TRUE(automatic("b", r, 8192).ok());
+  EXPECT_EQ(registry_.Assignment("b")->elements_per_packet, 256);  // the data plane's limit
+  ASSERT_TRUE(registry_.End("b").ok());
+  for (uint16_t r = 0; r < 3; ++r) ASSERT_TRUE(automatic("c", r, r == 1 ? 0 : 8192).ok());
+  EXPECT_EQ(registry_.Assignment("c")->elements_per_packet, 256);  // unknown path: 256
+}
+
+TEST_F(JobRegistryTest, AutomaticAndFixedElementsPerPacketDoNotMix) {
+  JobRequest r = Request("a", 0);
+  r.elements_per_packet = 0;
+  ASSERT_TRUE(registry_.Join(r).ok());
+  const Status s = registry_.Join(Request("a", 1));
+  EXPECT_NE(s.message().find("elements_per_packet 64 differs from the job's 0"), std::string::npos)
+      << s.message();
+}
+
 TEST_F(JobRegistryTest, DuplicateRankIsRejected) {
   ASSERT_TRUE(registry_.Join(Request("a", 0, 3)).ok());
   const Status s = registry_.Join(Request("a", 0, 3));

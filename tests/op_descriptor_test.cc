@@ -52,5 +52,20 @@ TEST(OpDescriptor, EqualSumsOfDifferentValuesAreCaught) {
   EXPECT_NE(CheckDescriptorSums(two, Summed({two, one, three}).data(), 3), "");
 }
 
+// The proposals are summed, not checked: ranks may propose different windows
+// and all read the same rounded-up mean.
+TEST(OpDescriptor, ProposedSlotsAgreeOnTheRoundedUpMean) {
+  OpDescriptor a{1000, DType::kFloat32, 256, 10}, b = a, c = a;
+  b.proposed_slots = 13;
+  c.proposed_slots = 65535;
+  const auto sums = Summed({a, b, a});
+  EXPECT_EQ(CheckDescriptorSums(a, sums.data(), 3), "");
+  EXPECT_EQ(AgreedSlots(sums.data(), 3), 11);  // 33 / 3
+  EXPECT_EQ(AgreedSlots(Summed({a, b}).data(), 2), 12);  // 23 / 2, rounded up
+  EXPECT_EQ(AgreedSlots(Summed(std::vector<OpDescriptor>(65534, c)).data(), 65534), 65535);
+  a.proposed_slots = 0;
+  EXPECT_EQ(AgreedSlots(Summed({a, a}).data(), 2), 1);
+}
+
 }  // namespace
 }  // namespace switchml

@@ -185,6 +185,35 @@ TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
   }
 }
 
+// The scalar word kernels against their definition, and SIMD against scalar,
+// on every length (tails included) and on wrapping sums.
+TEST(QuantizeKernels, WordSwapAndBigEndianAddMatchTheirDefinition) {
+  std::mt19937 rng(13);
+  std::vector<const kernels::QuantizeKernels*> sets = {&kernels::kScalar};
+  if (kernels::Avx2() != nullptr) sets.push_back(kernels::Avx2());
+  for (size_t n : {0, 1, 15, 16, 17, 31, 32, 33, 64, 255, 8192}) {
+    std::vector<uint8_t> src(4 * n);
+    for (auto& byte : src) byte = uint8_t(rng());
+    std::vector<uint32_t> acc0(n);
+    for (auto& v : acc0) v = uint32_t(rng());
+    if (n > 0) acc0[0] = 0xFFFFFFFFu, src[0] = 0, src[1] = 0, src[2] = 0, src[3] = 2;  // wraps to 1
+    for (const kernels::QuantizeKernels* set : sets) {
+      std::vector<uint8_t> swapped(4 * n);
+      set->swap32(src.data(), n, swapped.data());
+      std::vector<uint32_t> acc = acc0;
+      set->add_be32(src.data(), n, acc.data());
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t be = uint32_t(src[4 * i]) << 24 | uint32_t(src[4 * i + 1]) << 16 |
+                            uint32_t(src[4 * i + 2]) << 8 | src[4 * i + 3];
+        uint32_t host;
+        std::memcpy(&host, &swapped[4 * i], 4);
+        ASSERT_EQ(host, be) << set->name << " swap32 n=" << n << " i=" << i;
+        ASSERT_EQ(acc[i], uint32_t(acc0[i] + be)) << set->name << " add_be32 n=" << n << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(QuantizeKernels, TheBestAvailableSetIsInUse) {
   EXPECT_STREQ(kernels::Best().name, kernels::Avx2() ? "avx2" : "scalar");
 }

@@ -135,5 +135,14 @@ TEST(WireFormat, EveryHeaderBitFlipIsRejectedOrFaithful) {
   }
 }
 
+TEST(ElementsPerPacketForMtu, LargestPowerOfTwoThatFits) {
+  EXPECT_EQ(ElementsPerPacketForMtu(1500), 256);   // 1024 + 24 + 28 + 28 <= 1500
+  EXPECT_EQ(ElementsPerPacketForMtu(9000), 2048);
+  EXPECT_EQ(ElementsPerPacketForMtu(65536), 8192);  // loopback: capped
+  EXPECT_EQ(ElementsPerPacketForMtu(MaxPacketBytes(512) + 28), 512);
+  EXPECT_EQ(ElementsPerPacketForMtu(MaxPacketBytes(512) + 27), 256);
+  EXPECT_EQ(ElementsPerPacketForMtu(0), 32);
+}
+
 }  // namespace
 }  // namespace switchml

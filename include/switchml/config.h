@@ -19,8 +19,13 @@ struct ContextConfig {
   uint32_t rank = 0;                 // 0..world_size-1
   uint32_t world_size = 1;
   uint32_t threads = 1;              // I/O threads, each with its own socket and slot range
-  uint32_t elements_per_packet = 1024;  // 32..8192; hardware switches use 64 or 256
-  uint32_t pool_slots = 128;         // switch slots for this job (the window)
+  // int32 values per packet, 32..8192; 0: the largest that fits every
+  // rank's path MTU and the switch (hardware switches take 64 or 256).
+  uint32_t elements_per_packet = 0;
+  uint32_t pool_slots = 128;         // switch slots reserved for this job: the most in flight
+  // Packets in flight (split over threads); 0: sized from the measured round
+  // trip and delivery rate (twice the bandwidth-delay product).
+  uint32_t window_slots = 0;
   uint32_t retransmit_timeout_us = 2000;       // first retransmission of a lost packet
   uint32_t max_retransmit_timeout_us = 200000;  // back-off cap
   uint32_t failure_timeout_ms = 10000;  // no progress for this long fails the job

@@ -64,6 +64,8 @@ struct ContextCounters {
   uint64_t results_accepted = 0;
   uint64_t duplicates = 0;
   uint64_t invalid = 0;  // malformed, foreign or otherwise invalid packets received
+  uint32_t window = 0;   // packets in flight allowed now (all threads)
+  double min_rtt_us = 0; // smallest round trip measured (0: none yet)
 };
 
 class Context {
@@ -89,6 +91,8 @@ class Context {
 
   uint32_t rank() const;
   uint32_t world_size() const;
+  // The configuration in effect: elements_per_packet is the switch's choice
+  // when the given one was 0.
   const ContextConfig& config() const;
   ContextCounters counters() const;
 

@@ -1,7 +1,8 @@
 // Job setup (the control plane's logic, without any RPC): workers register
 // for a named job; when all ranks have registered with identical parameters
 // the job gets an id and a segment of the switch's pool, and is installed in
-// the data plane. Transports (gRPC in the switch daemon, direct calls in the
+// the data plane. A job that asks for elements_per_packet 0 gets the largest
+// power of two that every rank's path and the data plane carry. Transports (gRPC in the switch daemon, direct calls in the
 // simulation) wrap this class.
 //
 // Job ids are generation * max_jobs + table entry, so an id is never reused
@@ -28,8 +29,11 @@ struct JobRequest {
   std::string job_name;
   uint16_t rank = 0;
   uint16_t world_size = 0;
-  uint16_t elements_per_packet = 0;
+  uint16_t elements_per_packet = 0;  // 0: chosen at install (see below)
   uint16_t pool_slots = 0;  // slots the job wants (its window's upper bound)
+  // The largest elements_per_packet this rank's path carries (0: unknown,
+  // taken as 256, which fits a 1500-byte MTU). May differ between ranks.
+  uint16_t path_elements_per_packet = 0;
 };
 
 // What every worker of a complete job gets back.
@@ -65,9 +69,11 @@ class JobRegistry {
     JobRequest params;            // the first registrant's values (rank ignored)
     std::vector<bool> joined;
     uint16_t joined_count = 0;
+    uint16_t path_elements = UINT16_MAX;  // smallest path_elements_per_packet so far
     std::optional<JobAssignment> assignment;
   };
   Status Install(Job& job);
+  uint16_t ElementsPerPacket(const Job& job) const;
   std::optional<uint32_t> AllocateSegment(uint16_t slots) const;
 
   DataPlane* data_plane_;

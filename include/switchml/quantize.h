@@ -54,6 +54,8 @@ void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, 
 // Int32 tensors travel unscaled.
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be);
 void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out);
+// The switch's aggregation: acc[i] += big-endian src[i], wrapping mod 2^32.
+void AddBigEndian(const uint8_t* src_be, size_t n, uint32_t* acc);
 
 // The documented error bound of one element of a float32 all-reduce:
 // |result - exact_sum| <= QuantizationErrorBound(n, e_max)(|exact_sum|).

@@ -17,6 +17,9 @@ struct SimClusterOptions {
   uint16_t world_size = 2;
   uint16_t elements_per_packet = 256;
   uint16_t pool_slots = 64;  // the job's window bound
+  // Packets in flight per rank (0: sized from measurements); one value for
+  // every rank, or one per rank.
+  std::vector<uint16_t> windows = {0};
   Nanos retransmit_timeout{std::chrono::microseconds(200)};
   Nanos max_retransmit_timeout{std::chrono::milliseconds(20)};
   Nanos failure_timeout{std::chrono::seconds(1)};

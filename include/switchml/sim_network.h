@@ -26,6 +26,10 @@ struct SimNetworkOptions {
   Nanos latency{std::chrono::microseconds(5)};        // one-way delay of every transmission
   Nanos jitter{std::chrono::microseconds(1)};         // plus uniform [0, jitter)
   Nanos reorder_delay{std::chrono::microseconds(50)};
+  // Rate of every worker's link, each direction a FIFO that serializes
+  // packets at this rate before the latency (the switch's own ports are
+  // never the bottleneck); 0: no limit.
+  uint64_t link_bits_per_second = 0;
 
   Status Validate() const;
 };
@@ -75,7 +79,8 @@ class SimNetwork {
   };
   class WorkerSink;
 
-  void Transmit(int dest, std::span<const uint8_t> bytes);
+  // `worker`: the rank whose link the packet crosses (sender or receiver).
+  void Transmit(int dest, int worker, std::span<const uint8_t> bytes);
   void Push(Event e);
   void ScheduleTimer(uint16_t rank);
   void DeliverToSwitch(const std::vector<uint8_t>& bytes);
@@ -87,6 +92,7 @@ class SimNetwork {
   std::vector<std::unique_ptr<WorkerSink>> sinks_;
   std::vector<Nanos> timer_at_;     // pending timer event per rank, or max
   std::vector<Nanos> silent_from_;  // per rank, or max
+  std::vector<Nanos> uplink_free_, downlink_free_;  // per rank: when its link is idle again
   Nanos switch_silent_from_ = Nanos::max();
   SimNetworkOptions options_;
   std::mt19937_64 rng_;

@@ -98,6 +98,11 @@ constexpr size_t MaxPacketBytes(uint16_t element_count) {
   return PacketBytes(element_count) + kAuthTagBytes;
 }
 
+// The largest power of two of elements per packet, 32..kMaxElementsPerPacket,
+// whose IPv4/UDP datagrams (MAC included) fit a path of this MTU; 32 when
+// even that does not fit.
+uint16_t ElementsPerPacketForMtu(size_t mtu);
+
 // Validates every field and fills `out`. Never reads outside `bytes`.
 DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out);
 

@@ -8,7 +8,9 @@
 // the same sequence of operations, as with any collective library).
 //
 // Protocol per operation of C chunks (k elements each, the last one padded
-// with zeros) over a window of w = min(pool_slots, max(C, 1)) slots:
+// with zeros) over w = min(pool_slots, max(C, 1), max(A, C/32)) slots, where
+// A is the mean of the windows the ranks proposed in the previous
+// operation's descriptor round (16 for the first operation):
 //   round 0 (descriptor round): every slot i carries the operation descriptor
 //     (see src/worker/op_descriptor.h) and the block exponent of chunk i;
 //   round r >= 1: slot i carries chunk (r-1)*w + i, scaled with the exponent
@@ -16,6 +18,12 @@
 // A result for slot i is the credit to send slot i's next round, into the
 // other pool version. The version bit and the chunk-id sequence of every slot
 // persist across operations, so the switch sees one continuous stream.
+//
+// Sending order and window: packets go out in chunk-id order (round-major),
+// at most `window` of them unanswered. The window is this worker's own
+// choice (see src/worker/window_sizer.h) and needs no agreement: a slot
+// whose packet one worker holds back just waits at the switch, so the job
+// runs at the smallest window of its workers.
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -38,6 +46,7 @@
 #include "switchml/status.h"
 #include "switchml/types.h"
 #include "switchml/wire_format.h"
+#include "switchml/window_sizer.h"
 
 namespace switchml {
 
@@ -55,6 +64,9 @@ struct WorkerEngineConfig {
   uint16_t world_size = 1;           // workers in the job
   uint16_t elements_per_packet = 256;  // k, the same for every rank (min 32)
   uint16_t pool_slots = 128;         // slots this engine uses; the window's upper bound
+  // Packets in flight: 0 sizes the window from the measured round trip and
+  // delivery rate; N fixes it (at most pool_slots).
+  uint16_t window = 0;
   uint16_t slot_offset = 0;          // first of them in the job's pool segment (an engine
                                      // per thread owns slots [offset, offset + pool_slots))
   // The retransmission timeout adapts to the measured round trip (SRTT +
@@ -81,6 +93,9 @@ struct WorkerEngineCounters {
   uint64_t wrong_job_or_rank = 0; // well-formed but not for this worker
   uint64_t invalid = 0;           // wrong type, slot, size or exponent for this job
   uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the timeout
+  uint16_t window = 0;            // packets in flight allowed now
+  int64_t min_rtt_ns = 0;         // measured (window sizing); 0 before the first sample
+  double delivery_rate = 0;       // results per second, measured (window sizing)
 };
 
 using OpId = uint64_t;
@@ -117,13 +132,14 @@ class WorkerEngine {
 
   bool idle() const;    // no operation running or queued
   bool broken() const { return !broken_reason_.empty(); }
-  const WorkerEngineCounters& counters() const { return counters_; }
+  WorkerEngineCounters counters() const;
 
  private:
   struct Op;
   struct Slot;
 
   void StartNextOp(Nanos now, PacketSink& sink);
+  void SendInOrder(Nanos now, PacketSink& sink);
   void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);
@@ -144,6 +160,11 @@ class WorkerEngine {
   bool running_ = false;
   OpId next_op_id_ = 1;
   uint32_t next_chunk_base_ = 0;         // chunk-id sequence, continuous across ops
+  uint64_t send_cursor_ = 0;             // next (round * w + slot) of the running op to send
+  uint16_t in_flight_ = 0;               // slots waiting for a result
+  uint64_t delivered_ = 0;               // results accepted, ever
+  uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
+  WindowSizer sizer_;
   Nanos rto_;                            // current retransmission timeout
   Nanos srtt_{0};                        // smoothed round trip; 0 before the first sample
   Nanos rttvar_{0};                      // its mean deviation

@@ -32,10 +32,14 @@ const Field kFields[] = {
     {"world_size", "number of workers in the job", nullptr, &ContextConfig::world_size, 1, 65534},
     {"threads", "I/O threads, each with its own socket and slice of the pool", nullptr,
      &ContextConfig::threads, 1, 64},
-    {"elements_per_packet", "int32 values per packet (64 or 256 for hardware switches)", nullptr,
-     &ContextConfig::elements_per_packet, 32, 8192},
-    {"pool_slots", "switch slots for this job: the window of packets in flight", nullptr,
+    {"elements_per_packet",
+     "int32 values per packet, 32..8192; 0: the largest that fits the path MTU and the switch",
+     nullptr, &ContextConfig::elements_per_packet, 0, 8192},
+    {"pool_slots", "switch slots reserved for this job: the most packets in flight", nullptr,
      &ContextConfig::pool_slots, 1, 65535},
+    {"window_slots",
+     "packets in flight; 0: twice the measured bandwidth-delay product (at most pool_slots)",
+     nullptr, &ContextConfig::window_slots, 0, 65535},
     {"retransmit_timeout_us", "first retransmission timeout (microseconds)", nullptr,
      &ContextConfig::retransmit_timeout_us, 10, kMaxMs},
     {"max_retransmit_timeout_us", "retransmission back-off cap (microseconds)", nullptr,
@@ -99,6 +103,18 @@ Status ContextConfig::Validate() const {
   if (rank >= world_size) {
     return InvalidArgument("rank=" + std::to_string(rank) + " must be less than world_size=" +
                            std::to_string(world_size));
+  }
+  if (elements_per_packet != 0 && elements_per_packet < 32) {
+    return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
+                           " is out of range 32..8192 (or 0 to fit the path MTU)");
+  }
+  if (window_slots > pool_slots) {
+    return InvalidArgument("window_slots=" + std::to_string(window_slots) + " exceeds pool_slots=" +
+                           std::to_string(pool_slots) + "; raise pool_slots or use 0 (measured)");
+  }
+  if (window_slots != 0 && window_slots < threads) {
+    return InvalidArgument("window_slots=" + std::to_string(window_slots) + " is less than threads=" +
+                           std::to_string(threads) + "; every thread needs a packet in flight");
   }
   if (threads > pool_slots) {
     return InvalidArgument("threads=" + std::to_string(threads) + " exceeds pool_slots=" +

@@ -1,6 +1,7 @@
 #include "switchml/context.h"
 
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 
 #include <thread>
 
@@ -103,14 +104,22 @@ struct Context::Impl {
 
 namespace {
 
-// The local IPv4 address the kernel would use to reach `peer`.
-StatusOr<in_addr> LocalAddressToward(const sockaddr_in& peer) {
+// What the kernel's route to `peer` says: the local IPv4 address it would
+// send from and the path MTU (0 if unknown).
+struct Route {
+  in_addr local;
+  int mtu = 0;
+};
+StatusOr<Route> RouteToward(const sockaddr_in& peer) {
   sockaddr_in any{};
   any.sin_family = AF_INET;
   auto probe = net::UdpSocket::Bind(any, 65536);
   if (!probe.ok()) return probe.status();
   if (Status s = probe.value().Connect(peer); !s.ok()) return s;
-  return probe.value().LocalAddress().sin_addr;
+  Route route{probe.value().LocalAddress().sin_addr};
+  socklen_t len = sizeof(route.mtu);
+  if (getsockopt(probe.value().fd(), IPPROTO_IP, IP_MTU, &route.mtu, &len) != 0) route.mtu = 0;
+  return route;
 }
 
 Status JoinError(const grpc::Status& s, const std::string& job) {
@@ -142,6 +151,10 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   impl->job = "job '" + config.job_name + "' at switch " + net::FormatAddress(control.value());
 
   // One socket per thread, on the address that faces the switch.
+  // The data path is assumed to follow the control path's route; its MTU
+  // bounds the packet size the switch may choose.
+  auto route = RouteToward(control.value());
+  if (!route.ok()) return route.status();
   sockaddr_in local{};
   local.sin_family = AF_INET;
   if (!config.local_address.empty()) {
@@ -149,9 +162,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     if (!parsed.ok()) return parsed.status();
     local = parsed.value();
   } else {
-    auto toward = LocalAddressToward(control.value());
-    if (!toward.ok()) return toward.status();
-    local.sin_addr = toward.value();
+    local.sin_addr = route.value().local;
   }
   local.sin_port = 0;
   std::vector<net::UdpSocket> sockets;
@@ -168,6 +179,9 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   request.set_world_size(config.world_size);
   request.set_elements_per_packet(config.elements_per_packet);
   request.set_pool_slots(config.pool_slots);
+  if (route.value().mtu > 0) {
+    request.set_path_elements_per_packet(ElementsPerPacketForMtu(size_t(route.value().mtu)));
+  }
   request.set_join_timeout_ms(config.join_timeout_ms);
   std::optional<net::AuthKey> secret;
   if (!config.auth_key.empty()) {
@@ -196,6 +210,14 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   }
   const auto& a = first.assignment();
   impl->token = a.token();
+  if (a.elements_per_packet() < kMinElementsPerPacket ||
+      a.elements_per_packet() > kMaxElementsPerPacket ||
+      (config.elements_per_packet != 0 && a.elements_per_packet() != config.elements_per_packet)) {
+    return abandon(Status(StatusCode::kInternal, "the switch assigned elements_per_packet=" +
+                                                     std::to_string(a.elements_per_packet()) +
+                                                     ", which this worker cannot use"));
+  }
+  impl->config.elements_per_packet = a.elements_per_packet();  // what is in effect
   sockaddr_in data = control.value();
   if (!a.data_address().empty()) {
     auto parsed = net::ParseAddress(a.data_address(), 0);
@@ -224,6 +246,10 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     e.elements_per_packet = uint16_t(a.elements_per_packet());
     e.slot_offset = uint16_t(t * slots / threads);
     e.pool_slots = uint16_t((t + 1) * slots / threads - t * slots / threads);
+    // A fixed window is split like the slots; 0 lets each thread measure.
+    const uint32_t window = config.window_slots;
+    e.window = uint16_t(std::min<uint32_t>(
+        e.pool_slots, (t + 1) * window / threads - t * window / threads));
     e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
     e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
     e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
@@ -280,7 +306,7 @@ std::shared_ptr<Job> Context::AllReduceAsync(const void* in, void* out, size_t c
   auto job = std::make_shared<Job>(int(workers.size()));
   // Split the tensor into one contiguous slice of whole chunks per thread;
   // every rank splits identically, so slice t meets slice t of every rank.
-  const size_t k = impl_->config.elements_per_packet;
+  const size_t k = impl_->config.elements_per_packet;  // the assigned value
   const size_t chunks = (count + k - 1) / k;
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);

@@ -114,7 +114,10 @@ void WorkerThread::DrainMailbox() {
     }
     std::shared_ptr<Job> job = r.job;
     auto id = engine_.Submit(r.in, r.out, r.count, r.dtype,
-                             [job](OpId, const Status& s) { job->PartDone(s); });
+                             [this, job](OpId, const Status& s) {
+                               PublishCounters();  // a waiter then sees this op's counts
+                               job->PartDone(s);
+                             });
     if (!id.ok()) job->PartDone(id.status());
   }
 }
@@ -152,16 +155,22 @@ void WorkerThread::Run() {
       }
       sink.Flush();
     }
-    const WorkerEngineCounters& c = engine_.counters();
-    packets_sent_.store(c.packets_sent, std::memory_order_relaxed);
-    retransmissions_.store(c.retransmissions, std::memory_order_relaxed);
-    results_accepted_.store(c.results_accepted, std::memory_order_relaxed);
-    duplicates_.store(c.duplicates, std::memory_order_relaxed);
-    invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid + auth_failures_,
-                   std::memory_order_relaxed);
+    PublishCounters();
   }
   // Fail whatever is left (Stop() queued the failure before stopping us).
   DrainMailbox();
+}
+
+void WorkerThread::PublishCounters() {
+  const WorkerEngineCounters c = engine_.counters();
+  packets_sent_.store(c.packets_sent, std::memory_order_relaxed);
+  retransmissions_.store(c.retransmissions, std::memory_order_relaxed);
+  results_accepted_.store(c.results_accepted, std::memory_order_relaxed);
+  duplicates_.store(c.duplicates, std::memory_order_relaxed);
+  invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid + auth_failures_,
+                 std::memory_order_relaxed);
+  window_.store(c.window, std::memory_order_relaxed);
+  min_rtt_ns_.store(c.min_rtt_ns, std::memory_order_relaxed);
 }
 
 void WorkerThread::AddCounters(ContextCounters& total) const {
@@ -170,6 +179,9 @@ void WorkerThread::AddCounters(ContextCounters& total) const {
   total.results_accepted += results_accepted_.load(std::memory_order_relaxed);
   total.duplicates += duplicates_.load(std::memory_order_relaxed);
   total.invalid += invalid_.load(std::memory_order_relaxed);
+  total.window += window_.load(std::memory_order_relaxed);
+  const double rtt_us = double(min_rtt_ns_.load(std::memory_order_relaxed)) / 1e3;
+  if (rtt_us > 0 && (total.min_rtt_us == 0 || rtt_us < total.min_rtt_us)) total.min_rtt_us = rtt_us;
 }
 
 }  // namespace switchml

@@ -50,6 +50,7 @@ class WorkerThread {
   void Run();
   void Wake();
   void DrainMailbox();
+  void PublishCounters();  // engine counters into the atomics AddCounters reads
 
   WorkerEngine engine_;
   net::UdpSocket socket_;
@@ -65,6 +66,8 @@ class WorkerThread {
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, results_accepted_{0},
       duplicates_{0}, invalid_{0};
+  std::atomic<uint32_t> window_{0};
+  std::atomic<int64_t> min_rtt_ns_{0};
 };
 
 }  // namespace switchml

@@ -40,12 +40,19 @@ Status JobRegistry::Join(const JobRequest& r) {
     return InvalidArgument(job + ": rank=" + std::to_string(r.rank) +
                            " is out of range for world_size=" + std::to_string(r.world_size));
   }
-  if (r.elements_per_packet < kMinElementsPerPacket ||
-      r.elements_per_packet > limits.max_elements_per_packet) {
+  if (r.elements_per_packet != 0 && (r.elements_per_packet < kMinElementsPerPacket ||
+                                     r.elements_per_packet > limits.max_elements_per_packet)) {
     return InvalidArgument(job + ": elements_per_packet=" + std::to_string(r.elements_per_packet) +
                            " is out of range; this switch accepts " +
                            std::to_string(kMinElementsPerPacket) + ".." +
-                           std::to_string(limits.max_elements_per_packet));
+                           std::to_string(limits.max_elements_per_packet) +
+                           " (or 0 to let it choose)");
+  }
+  if (r.elements_per_packet == 0 && limits.max_elements_per_packet < kMinElementsPerPacket) {
+    return InvalidArgument(job + ": this switch carries at most " +
+                           std::to_string(limits.max_elements_per_packet) +
+                           " elements per packet, fewer than the " +
+                           std::to_string(kMinElementsPerPacket) + " a job needs");
   }
   if (r.pool_slots == 0) return InvalidArgument(job + ": pool_slots must be at least 1");
 
@@ -63,8 +70,12 @@ Status JobRegistry::Join(const JobRequest& r) {
             job + ": rank " + std::to_string(r.rank) +
                 " is already registered; each rank must be unique (end the job to re-register)"};
   }
+  const uint16_t path_before = j.path_elements;
+  const uint16_t path = r.path_elements_per_packet ? r.path_elements_per_packet : 256;
+  j.path_elements = std::min(j.path_elements, path);
   if (!j.assignment && j.joined_count + 1 == r.world_size) {
     if (Status s = Install(j); !s.ok()) {
+      j.path_elements = path_before;
       if (j.joined_count == 0) jobs_.erase(it);
       return s;
     }
@@ -72,6 +83,15 @@ Status JobRegistry::Join(const JobRequest& r) {
   j.joined[r.rank] = true;
   ++j.joined_count;
   return Status::Ok();
+}
+
+uint16_t JobRegistry::ElementsPerPacket(const Job& j) const {
+  if (j.params.elements_per_packet != 0) return j.params.elements_per_packet;
+  // The largest power of two within every rank's path and the data plane.
+  const uint16_t limit = std::min(j.path_elements, data_plane_->config().max_elements_per_packet);
+  uint16_t k = kMinElementsPerPacket;
+  while (uint32_t(k) * 2 <= limit) k *= 2;
+  return k;
 }
 
 std::optional<uint32_t> JobRegistry::AllocateSegment(uint16_t slots) const {
@@ -118,10 +138,10 @@ Status JobRegistry::Install(Job& j) {
                              std::to_string(entries) + " jobs; end one first");
   }
   const JobId id(generation_++ * entries + uint32_t(free_entry - taken.begin()));
-  const JobRegistration reg{id, j.params.world_size, j.params.elements_per_packet, *base,
+  const JobRegistration reg{id, j.params.world_size, ElementsPerPacket(j), *base,
                             j.params.pool_slots};
   if (Status s = data_plane_->RegisterJob(reg); !s.ok()) return s;
-  j.assignment = JobAssignment{id, j.params.world_size, j.params.elements_per_packet,
+  j.assignment = JobAssignment{id, j.params.world_size, reg.elements_per_packet,
                                j.params.pool_slots, *base};
   return Status::Ok();
 }

@@ -194,7 +194,7 @@ size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, u
   EncodeHeader(h, out);
   const uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
   uint8_t* dst = out.data() + kHeaderBytes;
-  for (uint16_t j = 0; j < k; ++j) StoreBe32(dst + 4 * j, acc[j]);
+  Int32ToBigEndian(reinterpret_cast<const int32_t*>(acc), k, dst);
   return PacketBytes(k);
 }
 
@@ -276,7 +276,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   const uint8_t* src = packet.payload;
   const uint16_t k = reg.elements_per_packet;
   if (first) {
-    for (uint16_t j = 0; j < k; ++j) acc[j] = LoadBe32(src + 4 * j);
+    Int32FromBigEndian(src, k, reinterpret_cast<int32_t*>(acc));
     used_[slot] = 1;
     chunk_[slot] = h.chunk;
     exponent_[slot] = h.exponent;
@@ -284,7 +284,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     remaining_[slot] = uint16_t(reg.world_size - 1);
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
-    for (uint16_t j = 0; j < k; ++j) acc[j] += LoadBe32(src + 4 * j);
+    AddBigEndian(src, k, acc);
     max_next_exponent_[slot] = std::max(max_next_exponent_[slot], h.next_exponent);
     --remaining_[slot];
   }

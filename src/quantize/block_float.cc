@@ -31,9 +31,22 @@ void DequantizeScalar(const uint8_t* src_be, size_t n, BlockScale scale, float* 
   }
 }
 
+void Swap32Scalar(const uint8_t* src, size_t n, uint8_t* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t word;
+    std::memcpy(&word, src + 4 * i, 4);
+    StoreBe32(dst + 4 * i, word);
+  }
+}
+
+void AddBe32Scalar(const uint8_t* src_be, size_t n, uint32_t* acc) {
+  for (size_t i = 0; i < n; ++i) acc[i] += LoadBe32(src_be + 4 * i);
+}
+
 }  // namespace
 
-const QuantizeKernels kScalar = {"scalar", BlockExponentScalar, QuantizeScalar, DequantizeScalar};
+const QuantizeKernels kScalar = {"scalar",     BlockExponentScalar, QuantizeScalar,
+                                 DequantizeScalar, Swap32Scalar,    AddBe32Scalar};
 
 #if SWITCHML_HAVE_AVX2
 const QuantizeKernels* Avx2() { return __builtin_cpu_supports("avx2") ? &kAvx2 : nullptr; }
@@ -64,11 +77,15 @@ void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, 
 }
 
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be) {
-  for (size_t i = 0; i < n; ++i) StoreBe32(dst_be + 4 * i, uint32_t(x[i]));
+  kernels::Best().swap32(reinterpret_cast<const uint8_t*>(x), n, dst_be);
 }
 
 void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = int32_t(LoadBe32(src_be + 4 * i));
+  kernels::Best().swap32(src_be, n, reinterpret_cast<uint8_t*>(out));
+}
+
+void AddBigEndian(const uint8_t* src_be, size_t n, uint32_t* acc) {
+  kernels::Best().add_be32(src_be, n, acc);
 }
 
 ErrorBound QuantizationErrorBound(int world_size, int e_max) {

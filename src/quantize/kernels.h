@@ -1,5 +1,5 @@
-// The quantizer's inner loops, one set per instruction set, all bitwise
-// identical to the scalar reference (tested). quantize.h's functions call
+// The quantizer's and the data plane's inner loops, one set per instruction
+// set, all bitwise identical to the scalar reference (tested). quantize.h's functions call
 // the best set this CPU supports, chosen once at run time.
 #pragma once
 
@@ -15,6 +15,11 @@ struct QuantizeKernels {
   int16_t (*block_exponent)(const float* x, size_t n);
   void (*quantize)(const float* x, size_t n, BlockScale scale, uint8_t* dst_be);
   void (*dequantize)(const uint8_t* src_be, size_t n, BlockScale scale, float* out);
+  // dst[i] = src[i] with the bytes of each 32-bit word reversed (host order
+  // <-> network order, either way).
+  void (*swap32)(const uint8_t* src, size_t n, uint8_t* dst);
+  // acc[i] += big-endian src[i], wrapping (the switch's aggregation).
+  void (*add_be32)(const uint8_t* src_be, size_t n, uint32_t* acc);
 };
 
 // The pieces of BlockExponent every kernel set shares. `static`: each file

@@ -10,6 +10,11 @@ namespace switchml {
 
 StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions& o) {
   if (Status s = o.network.Validate(); !s.ok()) return s;
+  if (o.windows.size() != 1 && o.windows.size() != o.world_size) {
+    return InvalidArgument("windows needs one value or one per rank (" +
+                           std::to_string(o.world_size) + "), not " +
+                           std::to_string(o.windows.size()));
+  }
   std::unique_ptr<SimCluster> c(new SimCluster());
   auto dp = DataPlane::Create(o.data_plane);
   if (!dp.ok()) return dp.status();
@@ -31,6 +36,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.world_size = a->world_size;
     config.elements_per_packet = a->elements_per_packet;
     config.pool_slots = a->pool_slots;
+    config.window = o.windows[o.windows.size() == 1 ? 0 : r];
     config.retransmit_timeout = o.retransmit_timeout;
     config.max_retransmit_timeout = o.max_retransmit_timeout;
     config.failure_timeout = o.failure_timeout;

@@ -25,7 +25,7 @@ class SimNetwork::WorkerSink : public PacketSink {
  public:
   WorkerSink(SimNetwork* net, int rank) : net_(net), rank_(rank) {}
   void Send(std::span<const uint8_t> packet) override {
-    if (!net_->Silent(rank_)) net_->Transmit(kSwitch, packet);
+    if (!net_->Silent(rank_)) net_->Transmit(kSwitch, rank_, packet);
   }
 
  private:
@@ -39,6 +39,8 @@ SimNetwork::SimNetwork(DataPlane* data_plane, std::vector<WorkerEngine*> workers
       workers_(std::move(workers)),
       timer_at_(workers_.size(), Nanos::max()),
       silent_from_(workers_.size(), Nanos::max()),
+      uplink_free_(workers_.size(), Nanos(0)),
+      downlink_free_(workers_.size(), Nanos(0)),
       options_(options),
       rng_(options.seed),
       switch_out_(PacketBytes(data_plane->config().max_elements_per_packet)) {
@@ -63,8 +65,16 @@ void SimNetwork::Push(Event e) {
   events_.push(std::move(e));
 }
 
-void SimNetwork::Transmit(int dest, std::span<const uint8_t> bytes) {
+void SimNetwork::Transmit(int dest, int worker, std::span<const uint8_t> bytes) {
   ++counters_.transmissions;
+  Nanos departs = now_;
+  if (options_.link_bits_per_second > 0) {
+    // Serialized behind what the link already carries; lost packets too.
+    Nanos& free = dest == kSwitch ? uplink_free_[size_t(worker)] : downlink_free_[size_t(worker)];
+    const auto wire = Nanos(int64_t(double(bytes.size()) * 8e9 / double(options_.link_bits_per_second)));
+    free = std::max(free, now_) + wire;
+    departs = free;
+  }
   if (Uniform() < options_.loss) {
     ++counters_.lost;
     return;
@@ -72,7 +82,7 @@ void SimNetwork::Transmit(int dest, std::span<const uint8_t> bytes) {
   const int copies = Uniform() < options_.duplicate ? 2 : 1;
   counters_.duplicated += copies - 1;
   for (int c = 0; c < copies; ++c) {
-    Nanos delay = options_.latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
+    Nanos delay = (departs - now_) + options_.latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
     if (Uniform() < options_.reorder) {
       ++counters_.reordered;
       delay += Nanos(int64_t(Uniform() * double(options_.reorder_delay.count())));
@@ -96,10 +106,10 @@ void SimNetwork::DeliverToSwitch(const std::vector<uint8_t>& bytes) {
       break;
     case Action::kReplyToSender:
     case Action::kPendingToSender:
-      if (v.rank < workers_.size()) Transmit(v.rank, out);
+      if (v.rank < workers_.size()) Transmit(v.rank, v.rank, out);
       break;
     case Action::kSendToAll:
-      for (uint16_t r = 0; r < v.world_size && r < workers_.size(); ++r) Transmit(r, out);
+      for (uint16_t r = 0; r < v.world_size && r < workers_.size(); ++r) Transmit(r, r, out);
       break;
   }
 }

@@ -77,4 +77,11 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   StoreBe16(p + 22, uint16_t(h.next_exponent));
 }
 
+uint16_t ElementsPerPacketForMtu(size_t mtu) {
+  constexpr size_t kIpUdpBytes = 20 + 8;
+  uint16_t k = kMaxElementsPerPacket;
+  while (k > 32 && MaxPacketBytes(k) + kIpUdpBytes > mtu) k /= 2;
+  return k;
+}
+
 }  // namespace switchml

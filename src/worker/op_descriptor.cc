@@ -1,5 +1,6 @@
 #include "worker/op_descriptor.h"
 
+#include <algorithm>
 #include <array>
 
 #include "switchml/wire_format.h"
@@ -19,8 +20,10 @@ constexpr std::array<Field, 3> kFields = {{
     {"elements per packet", 9, 2},
 }};
 
-std::array<uint8_t, 11> Bytes(const OpDescriptor& d) {
-  std::array<uint8_t, 11> b{};
+constexpr size_t kCheckedBytes = 11;
+
+std::array<uint8_t, kCheckedBytes> Bytes(const OpDescriptor& d) {
+  std::array<uint8_t, kCheckedBytes> b{};
   for (int i = 0; i < 8; ++i) b[i] = uint8_t(d.element_count >> (8 * i));
   b[8] = uint8_t(d.dtype);
   b[9] = uint8_t(d.elements_per_packet);
@@ -44,6 +47,13 @@ void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be) {
     StoreBe32(dst_be + 8 * j, bytes[j]);
     StoreBe32(dst_be + 8 * j + 4, uint32_t(bytes[j]) * bytes[j]);
   }
+  StoreBe32(dst_be + 8 * kCheckedBytes, d.proposed_slots);
+}
+
+uint16_t AgreedSlots(const uint8_t* sums_be, int world_size) {
+  const uint64_t sum = LoadBe32(sums_be + 8 * kCheckedBytes);
+  const uint64_t n = uint64_t(world_size);
+  return uint16_t(std::clamp<uint64_t>((sum + n - 1) / n, 1, 65535));
 }
 
 std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be,

@@ -7,6 +7,10 @@
 // sums them. For n workers, n * sum(b^2) == (sum b)^2 holds exactly when all
 // n workers sent the same b (Cauchy-Schwarz); then sum b == n * b_mine says it
 // equals ours. Sums fit 32 bits for up to 66051 workers.
+//
+// One more word is summed but not checked: each worker's proposed number of
+// slots for the next operation (its window); the sum, the same on every
+// rank, is how they agree on it (AgreedSlots).
 #pragma once
 
 #include <cstddef>
@@ -21,10 +25,11 @@ struct OpDescriptor {
   uint64_t element_count = 0;
   DType dtype = DType::kInt32;
   uint16_t elements_per_packet = 0;
+  uint16_t proposed_slots = 0;  // not checked: see AgreedSlots
 };
 
 // Words the descriptor occupies in a payload.
-inline constexpr size_t kDescriptorWords = 2 * (8 + 1 + 2);
+inline constexpr size_t kDescriptorWords = 2 * (8 + 1 + 2) + 1;
 
 // Writes kDescriptorWords big-endian words to dst.
 void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be);
@@ -33,5 +38,9 @@ void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be);
 // Returns "" when all agree, else a sentence naming what differs.
 std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be,
                                 int world_size);
+
+// The mean of the workers' proposed_slots, rounded up, at least 1: the same
+// on every rank that got the same sums.
+uint16_t AgreedSlots(const uint8_t* sums_be, int world_size);
 
 }  // namespace switchml

@@ -14,6 +14,11 @@ namespace {
 // half of it.
 constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
 
+// An operation uses at least 1/kDescriptorShare of its chunk count as slots,
+// whatever the agreed number: the descriptor round sends one packet per slot,
+// so it costs at most this share of a large operation's packets.
+constexpr uint32_t kDescriptorShare = 32;
+
 std::string Millis(Nanos d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
@@ -46,6 +51,7 @@ struct WorkerEngine::Slot {
   uint32_t attempts = 0;
   Nanos sent_at{0};
   Nanos deadline{0};
+  uint64_t delivered_at_send = 0;  // the engine's delivered_ when it was sent
 };
 
 Status WorkerEngineConfig::Validate() const {
@@ -63,6 +69,11 @@ Status WorkerEngineConfig::Validate() const {
                            std::to_string(kMaxElementsPerPacket) + " (64, 256 or 1024 are typical)");
   }
   if (pool_slots == 0) return InvalidArgument("pool_slots must be at least 1");
+  if (window > pool_slots) {
+    return InvalidArgument("window=" + std::to_string(window) + " exceeds pool_slots=" +
+                           std::to_string(pool_slots) + "; use 1..pool_slots, or 0 to size it " +
+                           "from the measured round trip");
+  }
   if (uint32_t(slot_offset) + pool_slots > 65536) {
     return InvalidArgument("slot_offset + pool_slots exceeds 65536 slots");
   }
@@ -89,11 +100,20 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       slots_(config.pool_slots),
       packet_buffers_(config.pool_slots * packet_bytes_),
       missing_((config.world_size + 31) / 32),
+      sizer_(config.pool_slots),
       rto_(config.retransmit_timeout) {}
 
 WorkerEngine::~WorkerEngine() = default;
 
 bool WorkerEngine::idle() const { return queue_.empty(); }
+
+WorkerEngineCounters WorkerEngine::counters() const {
+  WorkerEngineCounters c = counters_;
+  c.window = config_.window ? config_.window : sizer_.window();
+  c.min_rtt_ns = sizer_.min_rtt() == Nanos::max() ? 0 : sizer_.min_rtt().count();
+  c.delivery_rate = sizer_.max_rate_per_second();
+  return c;
+}
 
 StatusOr<OpId> WorkerEngine::Submit(const void* in, void* out, size_t count, DType dtype,
                                     OpCallback done) {
@@ -141,14 +161,39 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   if (running_ || broken() || queue_.empty()) return;
   running_ = true;
   Op& op = queue_.front();
-  op.window = uint16_t(std::min<uint32_t>(config_.pool_slots, std::max<uint32_t>(op.chunks, 1)));
+  // The slots every rank uses, from what they all know alone: the chunk
+  // count, the pool and the number agreed in the previous descriptor round.
+  const uint32_t share = (op.chunks + kDescriptorShare - 1) / kDescriptorShare;
+  op.window = uint16_t(std::min<uint32_t>({config_.pool_slots, std::max<uint32_t>(op.chunks, 1),
+                                           std::max<uint32_t>(agreed_slots_, share)}));
+  op.desc.proposed_slots = config_.window ? config_.window : sizer_.window();
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
   last_progress_ = now;
   for (uint16_t i = 0; i < op.window; ++i) {
     slots_[i].round = 0;
     slots_[i].scale = 0;
-    SendRound(slots_[i], i, now, sink);
+  }
+  send_cursor_ = 0;
+  sizer_.OnOperationStart();
+  SendInOrder(now, sink);
+}
+
+// Sends the next packets in chunk-id order while the window allows. The
+// packet at the cursor is round cursor / w of slot cursor % w; it may go once
+// that slot's previous round has its result.
+void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
+  const Op& op = queue_.front();
+  const uint64_t w = op.window;
+  const uint64_t end = uint64_t(op.chunks) + w;  // every slot's last round is a data round
+  const uint16_t window = config_.window ? config_.window : sizer_.window();
+  while (in_flight_ < window && send_cursor_ < end) {
+    const auto index = uint16_t(send_cursor_ % w);
+    Slot& slot = slots_[index];
+    if (slot.outstanding || slot.round != send_cursor_ / w) break;
+    SendRound(slot, index, now, sink);
+    ++in_flight_;
+    ++send_cursor_;
   }
 }
 
@@ -211,6 +256,7 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   slot.outstanding = true;
   slot.attempts = 0;
   slot.sent_at = now;
+  slot.delivered_at_send = delivered_;
   slot.deadline = now + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
@@ -283,6 +329,8 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
       Break(InvalidArgument(disagreement));
       return;
     }
+    // Slot 0's sums, the same on every rank, set the next operation's slots.
+    if (index == 0) agreed_slots_ = AgreedSlots(p.payload, config_.world_size);
   } else {
     const uint64_t chunk = uint64_t(slot.round - 1) * op.window + index;
     const uint64_t begin = chunk * k;
@@ -302,15 +350,22 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
   last_progress_ = now;
-  if (slot.attempts == 0) SampleRoundTrip(now - slot.sent_at);
+  ++delivered_;
+  if (slot.attempts == 0) {
+    SampleRoundTrip(now - slot.sent_at);
+    sizer_.OnSample(now - slot.sent_at, delivered_ - slot.delivered_at_send);
+  }
   slot.version ^= 1;
-  ++slot.round;
-  if (slot.round <= RoundsOf(index)) {
-    SendRound(slot, index, now, sink);
+  slot.outstanding = false;
+  --in_flight_;
+  if (++slot.round <= RoundsOf(index)) {
+    SendInOrder(now, sink);
     return;
   }
-  slot.outstanding = false;
-  if (++op.slots_done < op.window) return;
+  if (++op.slots_done < op.window) {
+    SendInOrder(now, sink);
+    return;
+  }
 
   Status status;
   if (op.non_finite_chunk >= 0) {
@@ -352,6 +407,7 @@ void WorkerEngine::FinishOp(Status status) {
   queue_.pop_front();
   running_ = false;
   next_scan_ = Nanos::max();
+  in_flight_ = 0;
   if (op.done) op.done(op.id, status);
 }
 

@@ -1,0 +1,32 @@
+#include "switchml/window_sizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace switchml {
+
+WindowSizer::WindowSizer(uint16_t max_window)
+    : max_window_(std::max<uint16_t>(max_window, 1)),
+      window_(std::min(kInitialWindow, max_window_)) {}
+
+void WindowSizer::OnOperationStart() {
+  previous_ = current_;
+  current_ = Filter{};
+}
+
+Nanos WindowSizer::min_rtt() const { return std::min(previous_.min_rtt, current_.min_rtt); }
+
+double WindowSizer::max_rate_per_second() const {
+  return std::max(previous_.max_rate, current_.max_rate) * 1e9;
+}
+
+void WindowSizer::OnSample(Nanos rtt, uint64_t delivered) {
+  if (rtt <= Nanos(0)) rtt = Nanos(1);
+  current_.min_rtt = std::min(current_.min_rtt, rtt);
+  current_.max_rate = std::max(current_.max_rate, double(delivered) / double(rtt.count()));
+  const double bdp = std::max(previous_.max_rate, current_.max_rate) * double(min_rtt().count());
+  const double window = std::ceil(kGain * bdp);
+  window_ = uint16_t(std::clamp<double>(window, std::min(kMinWindow, max_window_), max_window_));
+}
+
+}  // namespace switchml
