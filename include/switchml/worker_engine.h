@@ -50,8 +50,14 @@
 
 namespace switchml {
 
-// Where an engine's outgoing packets go. The bytes are valid only during the
-// call; the sink copies or sends them before returning.
+// Where an engine's outgoing packets go. The bytes live in the engine's
+// per-slot buffer, which the engine rewrites only when that slot's result
+// arrives. So a sink may queue a reference instead of a copy as long as it
+// sends before its caller hands the engine packets that were received after
+// the queued ones were sent (e.g. flushing after each receive batch). In the
+// rare case that a retransmission is queued and the slot's result arrives in
+// the same batch, the reference then sends the new round twice: a duplicate
+// the switch answers like any retransmission.
 class PacketSink {
  public:
   virtual ~PacketSink() = default;

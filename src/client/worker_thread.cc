@@ -19,8 +19,9 @@ Nanos Now() {
 
 }  // namespace
 
-// Batches the engine's packets for one sendmmsg on the connected socket,
-// signing them in the batch's copy when the job has a key.
+// Batches the engine's packets for one sendmmsg on the connected socket:
+// references to the engine's buffers (no copy), or signed copies when the
+// job has a key.
 class WorkerThread::BatchSink : public PacketSink {
  public:
   // `packet_bytes` has room for the MAC (MaxPacketBytes).
@@ -28,7 +29,7 @@ class WorkerThread::BatchSink : public PacketSink {
       : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {}
   void Send(std::span<const uint8_t> packet) override {
     if (!auth_) {
-      batch_.Add(fd_, packet, nullptr);
+      batch_.AddRef(fd_, packet, nullptr);
       return;
     }
     const std::span<uint8_t> copy = batch_.AddForEdit(fd_, packet, nullptr);

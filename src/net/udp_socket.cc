@@ -117,13 +117,15 @@ std::span<uint8_t> SendBatch::AddForEdit(int fd, std::span<const uint8_t> bytes,
   return {buf, max_bytes_};
 }
 
-void SendBatch::AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest) {
+void SendBatch::AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
   if (count_ == headers_.size()) Flush(fd);
   iov_[count_] = iovec{const_cast<uint8_t*>(bytes.data()), bytes.size()};
-  dests_[count_] = dest;
   headers_[count_] = mmsghdr{};
-  headers_[count_].msg_hdr.msg_name = &dests_[count_];
-  headers_[count_].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+  if (dest != nullptr) {
+    dests_[count_] = *dest;
+    headers_[count_].msg_hdr.msg_name = &dests_[count_];
+    headers_[count_].msg_hdr.msg_namelen = sizeof(sockaddr_in);
+  }
   headers_[count_].msg_hdr.msg_iov = &iov_[count_];
   headers_[count_].msg_hdr.msg_iovlen = 1;
   ++count_;

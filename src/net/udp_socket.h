@@ -78,7 +78,11 @@ class SendBatch {
   // REQUIRES: the last call was AddForEdit() and bytes <= max_bytes.
   void SetLastLength(size_t bytes) { iov_[count_ - 1].iov_len = bytes; }
   // Queues `bytes` without copying: they must stay valid until Flush().
-  void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest);
+  // `dest` may be null on a connected socket.
+  void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
+  void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in& dest) {
+    AddRef(fd, bytes, &dest);
+  }
   // Sends everything queued. When the socket buffer is full it waits up to
   // ~1 ms for room, then drops the rest (the protocol retransmits).
   void Flush(int fd);
