@@ -10,6 +10,13 @@
 #ifndef SWITCHML_K
 #define SWITCHML_K 64
 #endif
+// Elements per packet: SWITCHML_K times the passes a packet takes through
+// the pipeline (the TNA program's SWITCHML_PASS_BITS; one pass elsewhere).
+#ifndef SWITCHML_PASS_BITS
+#define SWITCHML_PASS_BITS 0
+#endif
+#define SWITCHML_PASSES (1 << SWITCHML_PASS_BITS)
+#define SWITCHML_PACKET_ELEMENTS (SWITCHML_K * SWITCHML_PASSES)
 
 // Slots in the pool shared by all jobs; every register array holds
 // 2 * SWITCHML_POOL_SLOTS entries (the two versions of each slot).

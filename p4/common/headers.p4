@@ -75,14 +75,19 @@ header switchml_data_h {
 }
 #undef SWITCHML_DATA_FIELD
 
-struct headers_t {
-    ethernet_h         ethernet;
-    arp_h              arp;
-    ipv4_h             ipv4;
-    udp_h              udp;
-    switchml_h         switchml;
-    switchml_pending_h pending;
+// The headers every program parses and emits, in wire order (a macro, so an
+// architecture's own struct can put headers of its own in front).
+#define SWITCHML_HEADER_FIELDS      \
+    ethernet_h         ethernet;    \
+    arp_h              arp;         \
+    ipv4_h             ipv4;        \
+    udp_h              udp;         \
+    switchml_h         switchml;    \
+    switchml_pending_h pending;     \
     switchml_data_h    data;
+
+struct headers_t {
+    SWITCHML_HEADER_FIELDS
 }
 
 #endif  // SWITCHML_COMMON_HEADERS_P4_

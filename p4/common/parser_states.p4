@@ -4,8 +4,10 @@
 // parse_ethernet.
 //
 // Aggregation packets are IPv4 (no options, not fragmented) / UDP to a port
-// in SWITCHML_UDP_PORT_BASE &&& SWITCHML_UDP_PORT_MASK. The payload words are
-// extracted only when element_count == SWITCHML_K; ingress validates every
+// in SWITCHML_UDP_PORT_BASE &&& SWITCHML_UDP_PORT_MASK. The first SWITCHML_K
+// payload words are extracted only when element_count is
+// SWITCHML_PACKET_ELEMENTS (SWITCHML_K unless the program processes larger
+// packets in several passes, as the TNA one can); ingress validates every
 // other field and counts what it drops. A packet too short for the switchml
 // header leaves a parser error that ingress counts as malformed.
 
@@ -42,7 +44,7 @@ state parse_udp {
 state parse_switchml {
     pkt.extract(hdr.switchml);
     transition select(hdr.switchml.element_count) {
-        SWITCHML_K: parse_data;
+        SWITCHML_PACKET_ELEMENTS: parse_data;
         default: accept;
     }
 }

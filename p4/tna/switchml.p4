@@ -10,6 +10,22 @@
 // Build (SDE 9.x): bf-p4c --target tofino2 --arch t2na -I p4/common \
 //                  -o build/switchml_tna p4/tna/switchml.p4
 // Tofino 1 (12 stages) fits 32 elements per pass: add -DSWITCHML_K=32.
+//
+// Larger packets: -DSWITCHML_PASS_BITS=b makes a packet SWITCHML_K * 2^b
+// elements, aggregated in 2^b passes through the pipe (recirculation):
+//   consume passes g = 0 .. P-1: the parser extracts the K words at the
+//     front, the pass aggregates them into register bank g of the slot and
+//     drops them, and the rest recirculates. The last pass decides as a
+//     one-pass program would (absorb, pending reply, result to all or to the
+//     sender); a result holds bank P-1's sums.
+//   read-out passes g = P-2 .. 0 (results only): the parser stops after the
+//     switchml header; the pass reads bank g and emits it in front of the
+//     sums already in the packet, so the result is rebuilt back to front.
+// A worker's packet counts in bank g only after banks 0..g-1 (in order, on
+// the same packet or an earlier copy), so when the last bank completes every
+// bank has: the read-out never sees a partial sum. A recirculation header in
+// front of Ethernet carries the pass between passes; ingress accepts it only
+// on SWITCHML_RECIRC_PORT.
 #include <core.p4>
 #if __TARGET_TOFINO__ == 2
 #include <t2na.p4>
@@ -19,7 +35,33 @@
 
 #include "headers.p4"
 
-#define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS)
+// Register entries: two versions of every slot, one bank per pass.
+#define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS * SWITCHML_PASSES)
+#define LAST_GROUP ((bit<8>)(SWITCHML_PASSES - 1))
+
+// The recirculation port of the pipe that serves the workers (Tofino 1
+// pipe 0: 68; check the SDE's port map for others). Used only when
+// SWITCHML_PASS_BITS > 0.
+#ifndef SWITCHML_RECIRC_PORT
+#define SWITCHML_RECIRC_PORT 68
+#endif
+#define RECIRC_CONSUME 8w1
+#define RECIRC_READOUT 8w2
+
+// In front of Ethernet while a packet recirculates between passes.
+header switchml_recirc_h {
+    bit<8>  phase;         // RECIRC_CONSUME or RECIRC_READOUT
+    bit<8>  group;         // the register bank this pass handles
+    bit<8>  to_all;        // read-out: 1 multicast to result_group, 0 back to the sender
+    bit<8>  reserved;
+    bit<16> result_group;
+    bit<16> sender_port;   // the port the packet first came in on
+}
+
+struct tna_headers_t {
+    switchml_recirc_h recirc;
+    SWITCHML_HEADER_FIELDS
+}
 
 // What the slot-state stages decided; selects each register's action.
 #define ACC_NONE 2w0
@@ -48,6 +90,9 @@ struct metadata_t {
     bit<2>  acc_op;
     bit<16> auth_bytes;
     bit<16> expected_udp_length;
+    bit<8>  group;          // register bank of this pass (0 without recirculation)
+    bit<1>  readout;        // a read-out pass: read bank `group` into hdr.data
+    bit<16> sender_port;
 }
 
 // One 64-bit register entry: a slot version's chunk id and seen-bitmap.
@@ -59,13 +104,37 @@ struct chunk_seen_t {
 // ----------------------------------------------------------------------------
 // Ingress
 
-parser SwitchmlIngressParser(packet_in pkt, out headers_t hdr, out metadata_t md,
+#define METADATA_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0, 0, 0, 0}
+
+parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_t md,
                              out ingress_intrinsic_metadata_t ig_intr_md) {
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
-        md = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0};
+        md = METADATA_INIT;
+#if SWITCHML_PASS_BITS > 0
+        transition select(ig_intr_md.ingress_port) {
+            SWITCHML_RECIRC_PORT: parse_recirc;
+            default: parse_ethernet;
+        }
+#else
         transition parse_ethernet;
+#endif
+    }
+    state parse_recirc {
+        pkt.extract(hdr.recirc);
+        transition select(hdr.recirc.phase) {
+            RECIRC_READOUT: parse_readout;
+            default: parse_ethernet;
+        }
+    }
+    // The sums already rebuilt stay payload, behind the bank this pass adds.
+    state parse_readout {
+        pkt.extract(hdr.ethernet);
+        pkt.extract(hdr.ipv4);
+        pkt.extract(hdr.udp);
+        pkt.extract(hdr.switchml);
+        transition accept;
     }
 #include "parser_states.p4"
 }
@@ -75,7 +144,7 @@ parser SwitchmlIngressParser(packet_in pkt, out headers_t hdr, out metadata_t md
 // and a new aggregation); a new chunk resets the bitmap instead of clearing
 // the sender's bit in the other version. The two are equivalent for workers
 // that follow the protocol (p4/README.md, "TNA differences").
-control SwitchmlSlots(inout headers_t hdr, inout metadata_t md) {
+control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
     Register<chunk_seen_t, bit<32>>(POOL_ENTRIES) slot_chunk_seen;
     RegisterAction<chunk_seen_t, bit<32>, bit<32>>(slot_chunk_seen) contribute = {
         void apply(inout chunk_seen_t value, out bit<32> seen_before) {
@@ -155,24 +224,28 @@ control SwitchmlSlots(inout headers_t hdr, inout metadata_t md) {
 #undef ACC
 
     apply {
-        md.seen_before = contribute.execute(md.index);
-        if (md.seen_before == SEEN_STALE) {
-            md.drop_reason = DROP_STALE_CHUNK;
-        } else if ((md.seen_before & md.rank_bit) != 0) {
-            // A retransmission: answer it, count nothing.
-            md.remaining_before = peek.execute(md.index);
-            if (md.remaining_before == 0) {
-                md.acc_op = ACC_READ;
-                hdr.switchml.next_exponent = exponent_read.execute(md.index);
-            }
+        if (md.readout == 1) {
+            md.acc_op = ACC_READ;  // a read-out pass touches the accumulators only
         } else {
-            md.remaining_before = count.execute(md.index);
-            if (md.remaining_before == 0) {
-                md.acc_op = ACC_WRITE;
-                hdr.switchml.next_exponent = exponent_first.execute(md.index);
+            md.seen_before = contribute.execute(md.index);
+            if (md.seen_before == SEEN_STALE) {
+                md.drop_reason = DROP_STALE_CHUNK;
+            } else if ((md.seen_before & md.rank_bit) != 0) {
+                // A retransmission: answer it, count nothing.
+                md.remaining_before = peek.execute(md.index);
+                if (md.remaining_before == 0) {
+                    md.acc_op = ACC_READ;
+                    hdr.switchml.next_exponent = exponent_read.execute(md.index);
+                }
             } else {
-                md.acc_op = ACC_ADD;
-                hdr.switchml.next_exponent = exponent_max.execute(md.index);
+                md.remaining_before = count.execute(md.index);
+                if (md.remaining_before == 0) {
+                    md.acc_op = ACC_WRITE;
+                    hdr.switchml.next_exponent = exponent_first.execute(md.index);
+                } else {
+                    md.acc_op = ACC_ADD;
+                    hdr.switchml.next_exponent = exponent_max.execute(md.index);
+                }
             }
         }
 #define ACC_APPLY(i)                                                              \
@@ -188,7 +261,7 @@ control SwitchmlSlots(inout headers_t hdr, inout metadata_t md) {
     }
 }
 
-control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
+control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
                         in ingress_intrinsic_metadata_t ig_intr_md,
                         in ingress_intrinsic_metadata_from_parser_t ig_prsr_md,
                         inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
@@ -306,11 +379,89 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
         size = 16;
     }
 
+    // Replies come from the endpoint (egress sets multicast destinations per
+    // replica).
+    action answer_from_endpoint() {
+        bit<32> endpoint_ip = hdr.ipv4.dst_addr;
+        bit<16> endpoint_port = hdr.udp.dst_port;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = endpoint_ip;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = endpoint_port;
+        hdr.udp.checksum = 0;
+        hdr.ipv4.ttl = 64;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = md.switch_mac;
+        hdr.recirc.setInvalid();
+    }
+    // The next pass of a multi-pass packet: through the recirculation port.
+    action recirculate(bit<8> phase, bit<8> group, bit<8> to_all) {
+        hdr.recirc.setValid();
+        hdr.recirc.phase = phase;
+        hdr.recirc.group = group;
+        hdr.recirc.to_all = to_all;
+        hdr.recirc.reserved = 0;
+        hdr.recirc.result_group = md.result_group;
+        hdr.recirc.sender_port = md.sender_port;
+        ig_tm_md.ucast_egress_port = SWITCHML_RECIRC_PORT;
+    }
+    // A result leaves: to every worker (the group's replicas) or to the sender.
+    action send_result(bit<8> to_all) {
+        hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+        if (to_all == 1) {
+            hdr.switchml.rank = SWITCHML_ALL_RANKS;
+            ig_tm_md.mcast_grp_a = md.result_group;
+        } else {
+            ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
+        }
+        answer_from_endpoint();
+    }
+
+    // Table lookups shared by every pass of an aggregation packet.
+    action index_of_slot() {
+        md.index = md.pool_base + (bit<32>)hdr.switchml.slot;
+        if ((hdr.switchml.flags & SWITCHML_FLAG_VERSION) != 0) {
+            md.index = md.index + SWITCHML_POOL_SLOTS;
+        }
+        md.index = (md.index << SWITCHML_PASS_BITS) + (bit<32>)md.group;
+    }
+
     apply {
+        if (hdr.recirc.isValid()) {
+            md.group = hdr.recirc.group;
+            md.sender_port = hdr.recirc.sender_port;
+            md.result_group = hdr.recirc.result_group;
+        } else {
+            md.sender_port = (bit<16>)ig_intr_md.ingress_port;
+        }
+        if (hdr.recirc.isValid() && hdr.recirc.phase == RECIRC_READOUT) {
+            // Rebuild a result: bank `group` in front of the banks after it.
+            switchml_endpoint.apply();
+            switchml_jobs.apply();
+            if (md.job_known == 0) {
+                switchml_drops.count((bit<32>)DROP_UNKNOWN_JOB);  // ended meanwhile
+                drop();
+                return;
+            }
+            index_of_slot();
+            md.readout = 1;
+            hdr.data.setValid();
+            slots.apply(hdr, md);
+            if (md.group == 0) {
+                send_result(hdr.recirc.to_all);
+            } else {
+                recirculate(RECIRC_READOUT, md.group - 1, hdr.recirc.to_all);
+            }
+            return;
+        }
         if (hdr.udp.isValid() &&
             (hdr.udp.dst_port & SWITCHML_UDP_PORT_MASK) == SWITCHML_UDP_PORT_BASE &&
             switchml_endpoint.apply().hit) {
-            switchml_packets.count(0);
+            // Later consume passes see the same headers (only payload words
+            // were dropped) and repeat the checks; the packet counts once.
+            if (md.group == 0) {
+                switchml_packets.count(0);
+            }
             if (hdr.switchml.isValid() &&
                 (hdr.switchml.flags & SWITCHML_FLAG_AUTHENTICATED) != 0) {
                 md.auth_bytes = SWITCHML_AUTH_TAG_BYTES;
@@ -356,10 +507,7 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
                             hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE)) {
                     md.drop_reason = DROP_BAD_EXPONENT;
                 } else {
-                    md.index = md.pool_base + (bit<32>)hdr.switchml.slot;
-                    if ((hdr.switchml.flags & SWITCHML_FLAG_VERSION) != 0) {
-                        md.index = md.index + SWITCHML_POOL_SLOTS;
-                    }
+                    index_of_slot();
                     slots.apply(hdr, md);
                 }
             }
@@ -367,6 +515,10 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
             if (md.drop_reason != DROP_NONE) {
                 switchml_drops.count((bit<32>)md.drop_reason);
                 drop();
+            } else if (md.group != LAST_GROUP) {
+                // Bank `group` took its words: the rest goes round again.
+                hdr.data.setInvalid();
+                recirculate(RECIRC_CONSUME, md.group + 1, 0);
             } else if (md.acc_op == ACC_NONE && (md.seen_before & md.rank_bit) != 0) {
                 // Retransmission to an incomplete slot: tell who contributed.
                 hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
@@ -378,35 +530,30 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
                 hdr.pending.bitmap = md.seen_before;
                 hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
                 hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
-                ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
+                answer_from_endpoint();
                 switchml_events.count(EVENT_PENDING_REPLIES);
             } else if (md.acc_op == ACC_READ) {
-                hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
-                ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                // A worker lost the result: hdr.data holds the last bank's.
                 switchml_events.count(EVENT_RESULTS_RESENT);
+                if (LAST_GROUP == 0) {
+                    send_result(0);
+                } else {
+                    recirculate(RECIRC_READOUT, LAST_GROUP - 1, 0);
+                }
             } else if (md.remaining_before == 1 ||
                        (md.remaining_before == 0 && md.world_size == 1)) {
                 // The n-th contribution: hdr.data holds the sum; multicast it.
-                hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
-                hdr.switchml.rank = SWITCHML_ALL_RANKS;
-                ig_tm_md.mcast_grp_a = md.result_group;
                 switchml_events.count(EVENT_SLOTS_COMPLETED);
+                if (LAST_GROUP == 0) {
+                    send_result(1);
+                } else {
+                    recirculate(RECIRC_READOUT, LAST_GROUP - 1, 1);
+                }
             } else {
                 switchml_events.count(EVENT_CONTRIBUTIONS);
                 drop();  // absorbed
             }
-            // Replies come from the endpoint (egress sets multicast
-            // destinations per replica).
-            bit<32> endpoint_ip = hdr.ipv4.dst_addr;
-            bit<16> endpoint_port = hdr.udp.dst_port;
-            hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-            hdr.ipv4.src_addr = endpoint_ip;
-            hdr.udp.dst_port = hdr.udp.src_port;
-            hdr.udp.src_port = endpoint_port;
-            hdr.udp.checksum = 0;
-            hdr.ipv4.ttl = 64;
-            hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-            hdr.ethernet.src_addr = md.switch_mac;
             return;
         }
 
@@ -425,7 +572,7 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t md,
     }
 }
 
-control SwitchmlIngressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t md,
+control SwitchmlIngressDeparser(packet_out pkt, inout tna_headers_t hdr, in metadata_t md,
                                 in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md) {
     Checksum() ipv4_checksum;
     apply {
@@ -442,17 +589,30 @@ control SwitchmlIngressDeparser(packet_out pkt, inout headers_t hdr, in metadata
 // ----------------------------------------------------------------------------
 // Egress: rewrite each replica of a result to its worker's socket.
 
-parser SwitchmlEgressParser(packet_in pkt, out headers_t hdr, out metadata_t md,
+parser SwitchmlEgressParser(packet_in pkt, out tna_headers_t hdr, out metadata_t md,
                             out egress_intrinsic_metadata_t eg_intr_md) {
     state start {
         pkt.extract(eg_intr_md);
-        md = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0};
+        md = METADATA_INIT;
+#if SWITCHML_PASS_BITS > 0
+        transition select(eg_intr_md.egress_port) {
+            SWITCHML_RECIRC_PORT: parse_recirc;
+            default: parse_ethernet;
+        }
+#else
         transition parse_ethernet;
+#endif
+    }
+    // A packet between passes: everything after its recirculation header
+    // passes through untouched.
+    state parse_recirc {
+        pkt.extract(hdr.recirc);
+        transition accept;
     }
 #include "parser_states.p4"
 }
 
-control SwitchmlEgress(inout headers_t hdr, inout metadata_t md,
+control SwitchmlEgress(inout tna_headers_t hdr, inout metadata_t md,
                        in egress_intrinsic_metadata_t eg_intr_md,
                        in egress_intrinsic_metadata_from_parser_t eg_prsr_md,
                        inout egress_intrinsic_metadata_for_deparser_t eg_dprsr_md,
@@ -479,7 +639,7 @@ control SwitchmlEgress(inout headers_t hdr, inout metadata_t md,
     }
 }
 
-control SwitchmlEgressDeparser(packet_out pkt, inout headers_t hdr, in metadata_t md,
+control SwitchmlEgressDeparser(packet_out pkt, inout tna_headers_t hdr, in metadata_t md,
                                in egress_intrinsic_metadata_for_deparser_t eg_dprsr_md) {
     Checksum() ipv4_checksum;
     apply {

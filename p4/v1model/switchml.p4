@@ -14,6 +14,10 @@
 
 #include "headers.p4"
 
+#if SWITCHML_PASS_BITS != 0
+#error "BMv2 aggregates a packet in one pass: SWITCHML_PASS_BITS must be 0 (raise SWITCHML_K instead)"
+#endif
+
 // Multicast group 1 floods (broadcast and unknown unicast); the control plane
 // allocates result groups from 2 up.
 #define FLOOD_GROUP 16w1
