@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
   for (uint16_t s = 0; s < config.data_threads; ++s) {
     sockaddr_in local = bind.value();
     if (config.data_port != 0) local.sin_port = htons(uint16_t(config.data_port + s));
+    if (impl->external) local.sin_port = 0;  // never used: the P4 switch carries the data
     auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
     if (!socket.ok()) return socket.status();
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
@@ -99,13 +100,16 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
                            " (port in use? pick another with --control-port)");
   }
   impl->control_port = uint16_t(selected);
-  for (auto& shard : impl->shards) shard->Start();
   if (impl->external) {
+    // No packets come here: the registry's commands run on the caller's
+    // thread (serialized by the data thread's command lock) instead.
+    for (auto& shard : impl->shards) shard->Stop();
     spdlog::info("switch control listening on {}:{} (gRPC); jobs run on the P4 switch at {}:{}",
                  listen.substr(0, listen.rfind(':')), impl->control_port,
                  impl->external->data_address(), impl->external->data_port());
     return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
   }
+  for (auto& shard : impl->shards) shard->Start();
   spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
                "elements, up to {} workers per job",
                listen.substr(0, listen.rfind(':')), impl->control_port,
