@@ -155,6 +155,7 @@ class WorkerEngine {
   std::string DescribeStall(Nanos now) const;
   uint32_t ChunkId(uint32_t round, uint16_t index) const;
   uint32_t RoundsOf(uint16_t index) const;
+  uint16_t Window() const;  // packets in flight allowed now: fixed or measured
 
   WorkerEngineConfig config_;
   size_t packet_bytes_;
@@ -168,7 +169,6 @@ class WorkerEngine {
   uint32_t next_chunk_base_ = 0;         // chunk-id sequence, continuous across ops
   uint64_t send_cursor_ = 0;             // next (round * w + slot) of the running op to send
   uint16_t in_flight_ = 0;               // slots waiting for a result
-  uint64_t delivered_ = 0;               // results accepted, ever
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
   Nanos rto_;                            // current retransmission timeout

@@ -79,30 +79,32 @@ void DequantizeAvx2(const uint8_t* src_be, size_t n, BlockScale scale, float* ou
   kScalar.dequantize(src_be + 4 * i, n - i, scale, out + i);
 }
 
-void Swap32Avx2(const uint8_t* src, size_t n, uint8_t* dst) {
+// ByteSwap32 on a whole 256-bit register (the shuffle stays within lanes).
+inline __m256i ByteSwap32x8(__m256i v) {
   const __m256i mask = _mm256_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12,
                                         3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+  return _mm256_shuffle_epi8(v, mask);
+}
+
+void Swap32Avx2(const uint8_t* src, size_t n, uint8_t* dst) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i + 32));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i), _mm256_shuffle_epi8(a, mask));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i + 32), _mm256_shuffle_epi8(b, mask));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i), ByteSwap32x8(a));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i + 32), ByteSwap32x8(b));
   }
   kScalar.swap32(src + 4 * i, n - i, dst + 4 * i);
 }
 
 void AddBe32Avx2(const uint8_t* src_be, size_t n, uint32_t* acc) {
-  const __m256i mask = _mm256_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12,
-                                        3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     auto* a = reinterpret_cast<__m256i*>(acc + i);
     const __m256i s0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src_be + 4 * i));
     const __m256i s1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src_be + 4 * i + 32));
-    _mm256_storeu_si256(a, _mm256_add_epi32(_mm256_loadu_si256(a), _mm256_shuffle_epi8(s0, mask)));
-    _mm256_storeu_si256(a + 1,
-                        _mm256_add_epi32(_mm256_loadu_si256(a + 1), _mm256_shuffle_epi8(s1, mask)));
+    _mm256_storeu_si256(a, _mm256_add_epi32(_mm256_loadu_si256(a), ByteSwap32x8(s0)));
+    _mm256_storeu_si256(a + 1, _mm256_add_epi32(_mm256_loadu_si256(a + 1), ByteSwap32x8(s1)));
   }
   kScalar.add_be32(src_be + 4 * i, n - i, acc + i);
 }

@@ -51,7 +51,7 @@ struct WorkerEngine::Slot {
   uint32_t attempts = 0;
   Nanos sent_at{0};
   Nanos deadline{0};
-  uint64_t delivered_at_send = 0;  // the engine's delivered_ when it was sent
+  uint64_t delivered_at_send = 0;  // results accepted when it was sent
 };
 
 Status WorkerEngineConfig::Validate() const {
@@ -107,9 +107,11 @@ WorkerEngine::~WorkerEngine() = default;
 
 bool WorkerEngine::idle() const { return queue_.empty(); }
 
+uint16_t WorkerEngine::Window() const { return config_.window ? config_.window : sizer_.window(); }
+
 WorkerEngineCounters WorkerEngine::counters() const {
   WorkerEngineCounters c = counters_;
-  c.window = config_.window ? config_.window : sizer_.window();
+  c.window = Window();
   c.min_rtt_ns = sizer_.min_rtt() == Nanos::max() ? 0 : sizer_.min_rtt().count();
   c.delivery_rate = sizer_.max_rate_per_second();
   return c;
@@ -166,7 +168,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   const uint32_t share = (op.chunks + kDescriptorShare - 1) / kDescriptorShare;
   op.window = uint16_t(std::min<uint32_t>({config_.pool_slots, std::max<uint32_t>(op.chunks, 1),
                                            std::max<uint32_t>(agreed_slots_, share)}));
-  op.desc.proposed_slots = config_.window ? config_.window : sizer_.window();
+  op.desc.proposed_slots = Window();
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
   last_progress_ = now;
@@ -186,7 +188,7 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
   const Op& op = queue_.front();
   const uint64_t w = op.window;
   const uint64_t end = uint64_t(op.chunks) + w;  // every slot's last round is a data round
-  const uint16_t window = config_.window ? config_.window : sizer_.window();
+  const uint16_t window = Window();
   while (in_flight_ < window && send_cursor_ < end) {
     const auto index = uint16_t(send_cursor_ % w);
     Slot& slot = slots_[index];
@@ -256,7 +258,7 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   slot.outstanding = true;
   slot.attempts = 0;
   slot.sent_at = now;
-  slot.delivered_at_send = delivered_;
+  slot.delivered_at_send = counters_.results_accepted;
   slot.deadline = now + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
@@ -350,19 +352,15 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
   last_progress_ = now;
-  ++delivered_;
   if (slot.attempts == 0) {
     SampleRoundTrip(now - slot.sent_at);
-    sizer_.OnSample(now - slot.sent_at, delivered_ - slot.delivered_at_send);
+    sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
   }
   slot.version ^= 1;
   slot.outstanding = false;
   --in_flight_;
-  if (++slot.round <= RoundsOf(index)) {
-    SendInOrder(now, sink);
-    return;
-  }
-  if (++op.slots_done < op.window) {
+  const bool slot_done = ++slot.round > RoundsOf(index);
+  if (!slot_done || ++op.slots_done < op.window) {
     SendInOrder(now, sink);
     return;
   }

@@ -97,22 +97,32 @@ StatusOr<std::vector<Host>> LoadHosts(const std::string& path) {
   return ParseHosts(text.str(), path);
 }
 
-StatusOr<uint32_t> ParseHandle(const std::string& answer) {
-  static const std::regex pattern("with handle ([0-9]+)");
+namespace {
+
+// The number captured by `pattern`'s group `group` in a CLI answer; `what`
+// names it in the error when the answer has none.
+StatusOr<uint64_t> FindNumber(const std::string& answer, const std::regex& pattern, int group,
+                              const char* what) {
   std::smatch m;
   if (!std::regex_search(answer, m, pattern)) {
-    return Status(StatusCode::kFailedPrecondition, "bmv2 gave no handle: " + answer.substr(0, 300));
+    return Status(StatusCode::kFailedPrecondition,
+                  std::string("bmv2 gave no ") + what + ": " + answer.substr(0, 300));
   }
-  return uint32_t(std::stoul(m[1].str()));
+  return uint64_t(std::stoull(m[size_t(group)].str()));
+}
+
+}  // namespace
+
+StatusOr<uint32_t> ParseHandle(const std::string& answer) {
+  static const std::regex pattern("with handle ([0-9]+)");
+  auto handle = FindNumber(answer, pattern, 1, "handle");
+  if (!handle.ok()) return handle.status();
+  return uint32_t(handle.value());
 }
 
 StatusOr<uint64_t> ParseCounterPackets(const std::string& answer) {
   static const std::regex pattern("\\(([0-9]+) bytes, ([0-9]+) packets\\)");
-  std::smatch m;
-  if (!std::regex_search(answer, m, pattern)) {
-    return Status(StatusCode::kFailedPrecondition, "bmv2 gave no counter: " + answer.substr(0, 300));
-  }
-  return uint64_t(std::stoull(m[2].str()));
+  return FindNumber(answer, pattern, 2, "counter");
 }
 
 StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config) {
