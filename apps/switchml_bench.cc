@@ -109,6 +109,7 @@ int RunWorker(const Options& o) {
   j["authenticated"] = !config.auth_key.empty();
   j["packets_sent"] = c.packets_sent;
   j["retransmissions"] = c.retransmissions;
+  j["multicast_received"] = c.multicast_received;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;
 }
@@ -183,6 +184,8 @@ int main(int argc, char** argv) {
   pass(app.add_option("--pool-slots", o.context.pool_slots, "switch slots per job"));
   pass(app.add_option("--window-slots", o.context.window_slots, "packets in flight (0: measured)"));
   pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
+  pass(app.add_option("--result-multicast", o.context.result_multicast,
+                      "accept results by host-local multicast (true/false)"));
   pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
   CLI11_PARSE(app, argc, argv);
   o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;

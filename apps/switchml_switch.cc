@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(32, 8192));
   app.add_option("--max-workers", max_workers, "largest world size of a job")->check(CLI::Range(1, 65534));
   app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
+  app.add_option("--result-multicast", config.result_multicast,
+                 "send each result once to a host-local multicast group when all of a job's "
+                 "workers are on loopback (true/false)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::string dataplane = "software";

@@ -14,10 +14,13 @@ TEST(ContextConfig, TomlRoundTrips) {
   c.rank = 3;
   c.world_size = 8;
   c.threads = 2;
+  c.result_multicast = false;
   auto back = ContextConfig::FromTomlString(c.ToToml());
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back.value().ToToml(), c.ToToml());
   EXPECT_EQ(back.value().job_name, c.job_name);
+  EXPECT_FALSE(back.value().result_multicast);
+  EXPECT_NE(c.ToToml().find("\nresult_multicast = false\n"), std::string::npos);
 }
 
 TEST(ContextConfig, TomlErrorsNameTheProblem) {
@@ -26,6 +29,8 @@ TEST(ContextConfig, TomlErrorsNameTheProblem) {
   EXPECT_NE(ContextConfig::FromTomlString("rank = \"one\"").status().message().find("'rank' must be a non-negative integer"),
             std::string::npos);
   EXPECT_NE(ContextConfig::FromTomlString("rank = -1").status().message().find("'rank'"),
+            std::string::npos);
+  EXPECT_NE(ContextConfig::FromTomlString("result_multicast = 1").status().message().find("'result_multicast' must be true or false"),
             std::string::npos);
   EXPECT_NE(ContextConfig::FromTomlString("rank = [").status().message().find("not valid TOML"),
             std::string::npos);
@@ -58,6 +63,10 @@ TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
   EXPECT_EQ(c.world_size, 4u);
   EXPECT_FALSE(c.Set("world_size", "four").ok());
   EXPECT_FALSE(c.Set("bogus", "1").ok());
+  EXPECT_TRUE(c.Set("result_multicast", "false").ok());
+  EXPECT_FALSE(c.result_multicast);
+  EXPECT_NE(c.Set("result_multicast", "no").message().find("result_multicast='no' is not true or false"),
+            std::string::npos);
 }
 
 }  // namespace

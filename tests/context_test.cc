@@ -11,7 +11,9 @@
 #include <cmath>
 #include <random>
 
+#include "net/udp_socket.h"
 #include "net_test_util.h"
+#include "switch/result_group.h"
 #include "switchml/sim_cluster.h"
 
 namespace switchml {
@@ -28,16 +30,31 @@ struct Shape {
   uint32_t threads;
   size_t count;
   uint16_t shards = 1;  // the switch's data threads
+  bool multicast = true;  // the workers accept results by multicast
 };
 
 class ContextAllReduce : public ::testing::TestWithParam<Shape> {};
+
+// With multicast, a rank got each result on its group, except those that
+// answered one of its retransmissions (by unicast), which can come first.
+void ExpectResultsByMulticast(const ContextCounters& c, bool multicast) {
+  EXPECT_GT(c.results_accepted, 0u);
+  if (multicast) {
+    EXPECT_GT(c.multicast_received, 0u);
+    EXPECT_GE(c.multicast_received + c.retransmissions, c.results_accepted);
+  } else {
+    EXPECT_EQ(c.multicast_received, 0u);
+  }
+}
 
 TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
   const Shape shape = GetParam();
   auto sw = StartSwitch(1024, 16, shape.shards);
   ASSERT_NE(sw, nullptr);
   ASSERT_EQ(sw->data_ports().size(), shape.shards);
-  auto contexts = StartAll(Configs(*sw, "job", shape.world, shape.threads));
+  auto configs = Configs(*sw, "job", shape.world, shape.threads);
+  for (auto& c : configs) c.result_multicast = shape.multicast;
+  auto contexts = StartAll(configs);
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
 
   const size_t n = shape.count;
@@ -77,6 +94,10 @@ TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
     EXPECT_TRUE(contexts[r]->AllReduce(ints[r].data(), ints[r].data(), n, DType::kInt32).ok());
   });
   for (uint32_t r = 0; r < shape.world; ++r) EXPECT_EQ(ints[r], int_out[r]);
+  for (uint32_t r = 0; r < shape.world; ++r) {
+    ExpectResultsByMulticast(contexts[r]->counters(), shape.multicast);
+    EXPECT_EQ(contexts[r]->counters().invalid, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
@@ -86,12 +107,16 @@ INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
                                            // A sharded switch: worker thread t
                                            // talks to data thread t % shards.
                                            Shape{3, 2, 50000, 2}, Shape{2, 5, 30001, 3},
-                                           Shape{2, 1, 1000, 2}),
+                                           Shape{2, 1, 1000, 2},
+                                           // Results by unicast, one per rank.
+                                           Shape{4, 1, 70001, 1, false},
+                                           Shape{3, 2, 50000, 2, false}),
                          [](const auto& info) {
                            return "n" + std::to_string(info.param.world) + "_t" +
                                   std::to_string(info.param.threads) + "_len" +
                                   std::to_string(info.param.count) + "_s" +
-                                  std::to_string(info.param.shards);
+                                  std::to_string(info.param.shards) +
+                                  (info.param.multicast ? "" : "_unicast");
                          });
 
 // elements_per_packet 0: loopback's 64 KiB MTU carries 8192, the switch
@@ -140,6 +165,82 @@ TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {
   run_b.join();
   for (auto& v : ia) EXPECT_EQ(v, std::vector<int32_t>(n, 2));
   for (auto& v : ib) EXPECT_EQ(v, std::vector<int32_t>(n, 30));
+  // Each job's results on its own groups: none of the other job's arrive.
+  for (const auto* job : {&a, &b}) {
+    for (const auto& c : *job) {
+      ExpectResultsByMulticast(c->counters(), true);
+      EXPECT_EQ(c->counters().invalid, 0u);
+    }
+  }
+}
+
+// The switch multicasts a job's results only when every rank accepts it and
+// sits on its host; otherwise each rank gets its own copy.
+TEST(ContextResultMulticast, OneRankThatRefusesMakesTheJobUnicast) {
+  auto sw = StartSwitch();
+  ASSERT_NE(sw, nullptr);
+  auto configs = Configs(*sw, "mixed", 3);
+  configs[1].result_multicast = false;
+  auto contexts = StartAll(configs);
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  std::vector<std::vector<int32_t>> v(3, std::vector<int32_t>(5000, 7));
+  ForEachRank(3, [&](size_t r) {
+    EXPECT_TRUE(contexts[r]->AllReduce(v[r].data(), v[r].data(), 5000, DType::kInt32).ok());
+    EXPECT_EQ(v[r], std::vector<int32_t>(5000, 21));
+    ExpectResultsByMulticast(contexts[r]->counters(), false);
+  });
+}
+
+TEST(ContextResultMulticast, ASwitchWithoutItSendsUnicast) {
+  SwitchConfig config;
+  config.bind_address = "127.0.0.1";
+  config.control_port = 0;
+  config.data_port = 0;
+  config.result_multicast = false;
+  auto sw = SwitchServer::Start(config);
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  auto contexts = StartAll(Configs(*sw.value(), "plain", 2));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  ForEachRank(2, [&](size_t r) {
+    std::vector<int32_t> v(3000, int32_t(r));
+    EXPECT_TRUE(contexts[r]->AllReduce(v.data(), v.data(), v.size(), DType::kInt32).ok());
+    EXPECT_EQ(v, std::vector<int32_t>(3000, 1));
+    ExpectResultsByMulticast(contexts[r]->counters(), false);
+  });
+}
+
+// Anyone on the host can send to a result group; a worker takes only the
+// switch's datagrams there, as on its unicast socket.
+TEST(SwitchSecurity, ForgedResultsOnTheGroupsAreNotReceived) {
+  const uint16_t max_jobs = 16;
+  auto sw = StartSwitch(1024, max_jobs);
+  ASSERT_NE(sw, nullptr);
+  auto contexts = StartAll(Configs(*sw, "job", 2));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  auto stranger = net::UdpSocket::Bind(sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
+  ASSERT_TRUE(stranger.ok());
+  ASSERT_TRUE(stranger.value().SetHostLocalMulticast().ok());  // never off this host
+  // Well-formed results of any early job id, to every group the job could have.
+  std::vector<uint8_t> packet(PacketBytes(256));
+  for (uint32_t entry = 0; entry < max_jobs; ++entry) {
+    const sockaddr_in group = ResultGroup(entry, 0, sw->data_port());
+    for (uint32_t job = 0; job < 4 * max_jobs; ++job) {
+      PacketHeader h;
+      h.type = MessageType::kResult;
+      h.job = job;
+      h.element_count = 256;
+      EncodeHeader(h, packet);
+      sendto(stranger.value().fd(), packet.data(), packet.size(), 0,
+             reinterpret_cast<const sockaddr*>(&group), sizeof(group));
+    }
+  }
+  ForEachRank(2, [&](size_t r) {
+    std::vector<int32_t> v(1000, 1);
+    EXPECT_TRUE(contexts[r]->AllReduce(v.data(), v.data(), v.size(), DType::kInt32).ok());
+    EXPECT_EQ(v, std::vector<int32_t>(1000, 2));
+    ExpectResultsByMulticast(contexts[r]->counters(), true);
+    EXPECT_EQ(contexts[r]->counters().invalid, 0u);
+  });
 }
 
 TEST(ContextJobs, RankThatLeavesFailsTheOthersNamingItAndTheSwitchFreesTheJob) {

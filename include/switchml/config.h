@@ -31,6 +31,10 @@ struct ContextConfig {
   uint32_t failure_timeout_ms = 10000;  // no progress for this long fails the job
   uint32_t join_timeout_ms = 60000;     // wait this long for all ranks to join
   uint32_t socket_buffer_bytes = 8u << 20;
+  // Accept results by host-local multicast: when every rank of the job is on
+  // the switch's host, the switch then sends each result once for all of
+  // them instead of once per rank (fewer copies on loopback).
+  bool result_multicast = true;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -46,6 +46,10 @@ struct SwitchConfig {
   uint16_t data_threads = 1;
   DataPlaneConfig data_plane;
   int socket_buffer_bytes = 16 << 20;
+  // Results for all ranks of a job whose workers all sit on this host
+  // (loopback) go out as one host-local multicast datagram instead of one
+  // copy per worker (when the workers accept it; see ContextConfig).
+  bool result_multicast = true;
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;

@@ -20,6 +20,7 @@ struct Field {
   uint32_t ContextConfig::*number = nullptr;
   uint32_t min = 0;
   uint32_t max = UINT32_MAX;
+  bool ContextConfig::*flag = nullptr;  // a boolean field (then text and number are null)
 };
 
 constexpr uint32_t kMaxMs = 24 * 3600 * 1000;
@@ -52,6 +53,9 @@ const Field kFields[] = {
      &ContextConfig::socket_buffer_bytes, 65536, 1u << 30},
     {"auth_key", "job secret, 64 hex digits: authenticate every packet (empty: off)",
      &ContextConfig::auth_key},
+    {"result_multicast",
+     "accept results by host-local multicast when every rank is on the switch's host",
+     nullptr, nullptr, 0, 0, &ContextConfig::result_multicast},
 };
 
 // A TOML basic string.
@@ -140,6 +144,13 @@ Status ContextConfig::Set(const std::string& name, const std::string& value) {
     this->*f->text = value;
     return Status::Ok();
   }
+  if (f->flag != nullptr) {
+    if (value != "true" && value != "false") {
+      return InvalidArgument(name + "='" + value + "' is not true or false (" + f->help + ")");
+    }
+    this->*f->flag = value == "true";
+    return Status::Ok();
+  }
   char* end = nullptr;
   const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0' || value[0] == '-' || v > UINT32_MAX) {
@@ -168,6 +179,9 @@ StatusOr<ContextConfig> ContextConfig::FromTomlString(const std::string& text,
     if (f->text != nullptr) {
       if (!node.is_string()) return InvalidArgument("'" + name + "' must be a string");
       config.*f->text = *node.value<std::string>();
+    } else if (f->flag != nullptr) {
+      if (!node.is_boolean()) return InvalidArgument("'" + name + "' must be true or false");
+      config.*f->flag = *node.value<bool>();
     } else {
       const std::optional<int64_t> v = node.value<int64_t>();
       if (!node.is_integer() || !v || *v < 0 || *v > int64_t(UINT32_MAX)) {
@@ -210,6 +224,8 @@ std::string ContextConfig::ToToml() const {
     out += std::string("# ") + f.help + "\n" + f.name + " = ";
     if (f.text != nullptr) {
       out += Quoted(this->*f.text) + "\n";
+    } else if (f.flag != nullptr) {
+      out += std::string(this->*f.flag ? "true" : "false") + "\n";
     } else {
       out += std::to_string(this->*f.number) + "\n";
     }

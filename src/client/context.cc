@@ -183,6 +183,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     request.set_path_elements_per_packet(ElementsPerPacketForMtu(size_t(route.value().mtu)));
   }
   request.set_join_timeout_ms(config.join_timeout_ms);
+  request.set_accept_result_multicast(config.result_multicast);
   std::optional<net::AuthKey> secret;
   if (!config.auth_key.empty()) {
     secret = net::ParseAuthKey(config.auth_key).value();  // Validate() checked it
@@ -236,6 +237,34 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     }
   }
 
+  // With result groups, thread t also receives on group t (host-local).
+  std::vector<net::UdpSocket> group_sockets;
+  if (a.result_groups_size() != 0) {
+    if (!config.result_multicast || a.result_groups_size() != int(config.threads)) {
+      return abandon(Status(StatusCode::kInternal,
+                            "the switch sent " + std::to_string(a.result_groups_size()) +
+                                " result groups for " + std::to_string(config.threads) +
+                                " threads" + (config.result_multicast ? "" : ", unasked")));
+    }
+    for (const std::string& text : a.result_groups()) {
+      auto group = net::ParseAddress(text, 0);
+      Status failed = group.status();
+      if (group.ok() && group.value().sin_port == 0) failed = InvalidArgument("no port");
+      if (failed.ok()) {
+        auto socket = net::UdpSocket::JoinGroup(group.value(), in_addr{htonl(INADDR_LOOPBACK)},
+                                                int(config.socket_buffer_bytes));
+        failed = socket.status();
+        if (socket.ok()) group_sockets.push_back(std::move(socket).value());
+      }
+      if (!failed.ok()) {
+        return abandon(Status(StatusCode::kFailedPrecondition,
+                              "cannot receive results on the switch's group '" + text.substr(0, 64) +
+                                  "': " + failed.message() +
+                                  " (set result_multicast = false to receive them by unicast)"));
+      }
+    }
+  }
+
   // Thread t owns the slots [t*S/T, (t+1)*S/T) of the job's S slots.
   const uint32_t slots = a.pool_slots(), threads = config.threads;
   for (uint32_t t = 0; t < threads; ++t) {
@@ -259,7 +288,9 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
       auth.emplace(*secret, a.auth_salt(), a.job_id(),
                    net::WorkerSenderId(uint16_t(config.rank), uint16_t(t)));
     }
-    impl->workers.push_back(std::make_unique<WorkerThread>(e, std::move(sockets[t]), auth));
+    net::UdpSocket group = group_sockets.empty() ? net::UdpSocket() : std::move(group_sockets[t]);
+    impl->workers.push_back(
+        std::make_unique<WorkerThread>(e, std::move(sockets[t]), std::move(group), auth));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
   for (size_t t = 0; t < context->impl_->workers.size(); ++t) {

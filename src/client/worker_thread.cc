@@ -45,9 +45,11 @@ class WorkerThread::BatchSink : public PacketSink {
 };
 
 WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
+                           net::UdpSocket group,
                            const std::optional<net::PacketAuthenticator>& auth)
     : engine_(engine),
       socket_(std::move(socket)),
+      group_(std::move(group)),
       auth_(auth),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
@@ -58,6 +60,10 @@ WorkerThread::~WorkerThread() {
 
 Status WorkerThread::Start(const sockaddr_in& switch_data) {
   if (Status s = socket_.Connect(switch_data); !s.ok()) return s;
+  // Only the switch's datagrams, as on the unicast socket.
+  if (group_.fd() >= 0) {
+    if (Status s = group_.Connect(switch_data); !s.ok()) return s;
+  }
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
 }
@@ -128,7 +134,8 @@ void WorkerThread::Run() {
   BatchSink sink(socket_.fd(), max_bytes, auth_);
   // One extra byte tells a datagram that is too long from one that fits.
   net::RecvBatch recv(kBatch, max_bytes + 1);
-  pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  // A negative fd (no group) is ignored by ppoll.
+  pollfd fds[3] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_.fd(), POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
     DrainMailbox();
     Nanos now = Now();
@@ -138,28 +145,37 @@ void WorkerThread::Run() {
     const Nanos wait = deadline == Nanos::max() ? std::chrono::seconds(1)
                                                 : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
     const timespec ts{time_t(wait.count() / 1000000000), long(wait.count() % 1000000000)};
-    ppoll(fds, 2, &ts, nullptr);
+    ppoll(fds, 3, &ts, nullptr);
     if (fds[1].revents & POLLIN) {
       uint64_t value;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));
     }
     for (int round = 0; round < 16; ++round) {
-      const int n = recv.Receive(socket_.fd());
-      if (n == 0) break;
-      now = Now();
-      for (int i = 0; i < n; ++i) {
-        if (auth_ && !auth_->Verify(recv.packet(i))) {
-          ++auth_failures_;  // forged, corrupted or from another registration
-          continue;
-        }
-        engine_.OnPacket(recv.packet(i), now, sink);
-      }
-      sink.Flush();
+      const int unicast = ReceiveBatch(socket_.fd(), recv, sink);
+      const int multicast = group_.fd() >= 0 ? ReceiveBatch(group_.fd(), recv, sink) : 0;
+      if (unicast + multicast == 0) break;
     }
     PublishCounters();
   }
   // Fail whatever is left (Stop() queued the failure before stopping us).
   DrainMailbox();
+}
+
+int WorkerThread::ReceiveBatch(int fd, net::RecvBatch& batch, BatchSink& sink) {
+  const int n = batch.Receive(fd);
+  if (n == 0) return 0;
+  // Counted before they are handled: an operation they complete publishes it.
+  if (fd == group_.fd()) multicast_received_ += uint64_t(n);
+  const Nanos now = Now();
+  for (int i = 0; i < n; ++i) {
+    if (auth_ && !auth_->Verify(batch.packet(i))) {
+      ++auth_failures_;  // forged, corrupted or from another registration
+      continue;
+    }
+    engine_.OnPacket(batch.packet(i), now, sink);
+  }
+  sink.Flush();
+  return n;
 }
 
 void WorkerThread::PublishCounters() {
@@ -170,6 +186,7 @@ void WorkerThread::PublishCounters() {
   duplicates_.store(c.duplicates, std::memory_order_relaxed);
   invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid + auth_failures_,
                  std::memory_order_relaxed);
+  multicast_received_total_.store(multicast_received_, std::memory_order_relaxed);
   window_.store(c.window, std::memory_order_relaxed);
   min_rtt_ns_.store(c.min_rtt_ns, std::memory_order_relaxed);
 }
@@ -180,6 +197,7 @@ void WorkerThread::AddCounters(ContextCounters& total) const {
   total.results_accepted += results_accepted_.load(std::memory_order_relaxed);
   total.duplicates += duplicates_.load(std::memory_order_relaxed);
   total.invalid += invalid_.load(std::memory_order_relaxed);
+  total.multicast_received += multicast_received_total_.load(std::memory_order_relaxed);
   total.window += window_.load(std::memory_order_relaxed);
   const double rtt_us = double(min_rtt_ns_.load(std::memory_order_relaxed)) / 1e3;
   if (rtt_us > 0 && (total.min_rtt_us == 0 || rtt_us < total.min_rtt_us)) total.min_rtt_us = rtt_us;

@@ -1,6 +1,7 @@
 // One I/O thread of a Context: it owns a WorkerEngine (for a range of the
-// job's slots), a UDP socket connected to the switch, and send/receive
-// batches. Other threads talk to it only through its mailbox.
+// job's slots), a UDP socket connected to the switch, optionally a socket on
+// the thread's result group, and send/receive batches. Other threads talk to
+// it only through its mailbox.
 #pragma once
 
 #include <atomic>
@@ -19,9 +20,11 @@ namespace switchml {
 
 class WorkerThread {
  public:
-  // `socket` is bound; Start() connects it to `switch_data`. With `auth`,
-  // outgoing packets are signed and received ones must verify.
-  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
+  // `socket` is bound; Start() connects it to `switch_data`. `group`, when
+  // open (fd >= 0), has joined the thread's result group; Start() restricts
+  // it to `switch_data` too. With `auth`, outgoing packets are signed and
+  // received ones must verify.
+  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket, net::UdpSocket group,
                const std::optional<net::PacketAuthenticator>& auth);
   ~WorkerThread();  // Stop()s
   WorkerThread(const WorkerThread&) = delete;
@@ -51,9 +54,13 @@ class WorkerThread {
   void Wake();
   void DrainMailbox();
   void PublishCounters();  // engine counters into the atomics AddCounters reads
+  // Receives and handles one batch from `fd`; returns the datagrams received.
+  int ReceiveBatch(int fd, net::RecvBatch& batch, BatchSink& sink);
 
   WorkerEngine engine_;
   net::UdpSocket socket_;
+  net::UdpSocket group_;
+  uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;
   int wake_fd_ = -1;
@@ -65,7 +72,7 @@ class WorkerThread {
   Status failure_;  // set by Fail(); applies to everything after
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, results_accepted_{0},
-      duplicates_{0}, invalid_{0};
+      duplicates_{0}, invalid_{0}, multicast_received_total_{0};
   std::atomic<uint32_t> window_{0};
   std::atomic<int64_t> min_rtt_ns_{0};
 };

@@ -37,6 +37,45 @@ StatusOr<UdpSocket> UdpSocket::Bind(const sockaddr_in& local, int buffer_bytes) 
   return s;
 }
 
+StatusOr<UdpSocket> UdpSocket::JoinGroup(const sockaddr_in& group, in_addr interface,
+                                         int buffer_bytes) {
+  if (!IN_MULTICAST(ntohl(group.sin_addr.s_addr))) {
+    return InvalidArgument(FormatAddress(group) + " is not a multicast group address");
+  }
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(StatusCode::kInternal, Errno("socket"));
+  UdpSocket s(fd);
+  SetBuffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, buffer_bytes);
+  const int one = 1, zero = 0;
+  // Every member on this host binds the group's port; only this group's
+  // datagrams, not those of groups other sockets joined.
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&group), sizeof(group)) != 0) {
+    return InvalidArgument(Errno(("cannot bind a UDP socket to group " + FormatAddress(group)).c_str()));
+  }
+  const ip_mreq membership{group.sin_addr, interface};
+  if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &membership, sizeof(membership)) != 0) {
+    sockaddr_in where{};
+    where.sin_addr = interface;
+    return InvalidArgument(Errno(("cannot join multicast group " + FormatAddress(group) +
+                                  " on the interface of " + FormatAddress(where))
+                                     .c_str()));
+  }
+  return s;
+}
+
+Status UdpSocket::SetHostLocalMulticast() {
+  const in_addr loopback{htonl(INADDR_LOOPBACK)};
+  const int ttl = 0, loop = 1;
+  if (setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_IF, &loopback, sizeof(loopback)) != 0 ||
+      setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_TTL, &ttl, sizeof(ttl)) != 0 ||
+      setsockopt(fd_, IPPROTO_IP, IP_MULTICAST_LOOP, &loop, sizeof(loop)) != 0) {
+    return Status(StatusCode::kInternal, Errno("cannot set up host-local multicast"));
+  }
+  return Status::Ok();
+}
+
 UdpSocket& UdpSocket::operator=(UdpSocket&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);

@@ -21,6 +21,11 @@ class UdpSocket {
   // Binds to `local` (port 0: the kernel picks one) with send and receive
   // buffers of about `buffer_bytes` (SO_*BUFFORCE when running as root).
   static StatusOr<UdpSocket> Bind(const sockaddr_in& local, int buffer_bytes);
+  // A socket that receives the datagrams sent to multicast `group` (address
+  // and port) on the interface with address `interface`, and no other
+  // group's. Several sockets on this host may join the same group.
+  static StatusOr<UdpSocket> JoinGroup(const sockaddr_in& group, in_addr interface,
+                                       int buffer_bytes);
   UdpSocket() = default;
   UdpSocket(UdpSocket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   UdpSocket& operator=(UdpSocket&& other) noexcept;
@@ -33,6 +38,9 @@ class UdpSocket {
   // Restricts the socket to one peer (the switch): only its datagrams are
   // received, and sends need no address.
   Status Connect(const sockaddr_in& peer);
+  // Sends this socket's multicast datagrams on loopback with TTL 0, so that
+  // they reach this host's members and never leave the host.
+  Status SetHostLocalMulticast();
 
  private:
   explicit UdpSocket(int fd) : fd_(fd) {}

@@ -3,10 +3,15 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 
+#include <netinet/in.h>
+
+#include <algorithm>
 #include <chrono>
 
+#include "net/address.h"
 #include "net/packet_auth.h"
 #include "switch/join_request.h"
+#include "switch/result_group.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -56,13 +61,20 @@ void Accumulate(DataPlaneCounters& total, const DataPlaneCounters& c) {
   for (size_t i = 0; i < c.decode_errors.size(); ++i) total.decode_errors[i] += c.decode_errors[i];
 }
 
+bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
+  return std::all_of(addresses.begin(), addresses.end(), [](const sockaddr_in& a) {
+    return (ntohl(a.sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;  // 127/8
+  });
+}
+
 }  // namespace
 
 ControlService::ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                               ExternalDataPlane* external)
+                               ExternalDataPlane* external, bool result_multicast)
     : shards_(std::move(shards)),
       data_ports_(std::move(data_ports)),
       external_(external),
+      result_multicast_(result_multicast && external == nullptr),
       token_source_(std::random_device{}()) {}
 
 void ControlService::ForEachShard(const std::function<void(DataThread&)>& fn) {
@@ -134,6 +146,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     return ToGrpc(joined);
   }
   job->addresses[rank] = addresses;
+  if (!join.accept_result_multicast || !AllOnLoopback(addresses)) job->unicast_only = true;
   job->tokens[rank] = token_source_();
   spdlog::info("job '{}': rank {} joined from {}", name, rank, req->data_addresses(0));
   if (assignment) {
@@ -147,9 +160,15 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       auth.emplace(secret, job->auth_salt, assignment->id.value(), net::kSwitchSenderId);
       sodium_memzero(secret.data(), secret.size());
     }
+    if (result_multicast_ && !job->unicast_only && job->threads <= kMaxResultGroupThreads) {
+      const uint32_t entry = assignment->id.value() % shards_[0]->data_plane().config().max_jobs;
+      for (uint16_t t = 0; t < job->threads; ++t) {
+        job->result_groups.push_back(ResultGroup(entry, t, data_ports_[t % data_ports_.size()]));
+      }
+    }
     ForEachShard([&](DataThread& shard) {
       shard.InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
-                             job->threads, book, auth);
+                             job->threads, book, auth, job->result_groups);
     });
     if (external_ != nullptr) {
       if (Status s = external_->Install(*assignment, job->addresses); !s.ok()) {
@@ -160,9 +179,10 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       }
     }
     job->assignment = assignment;
-    spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet", name,
-                 assignment->id.value(), assignment->world_size, assignment->pool_slots,
-                 assignment->elements_per_packet);
+    spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet, results by {}",
+                 name, assignment->id.value(), assignment->world_size, assignment->pool_slots,
+                 assignment->elements_per_packet,
+                 job->result_groups.empty() ? "unicast" : "multicast");
     changed_.notify_all();
   }
 
@@ -207,6 +227,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       for (uint16_t port : data_ports_) a->add_data_ports(port);
     }
   }
+  for (const sockaddr_in& group : job->result_groups) a->add_result_groups(net::FormatAddress(group));
   a->set_token(job->tokens[rank]);
   a->set_auth_salt(job->auth_salt);
   std::deque<JobEvent> outgoing{first};

@@ -25,9 +25,10 @@ class ControlService final : public control::v1::Control::Service {
   // and segments everywhere), and serves the worker threads t with
   // t % shards == s. With `external`, jobs are installed there (a P4
   // switch) and workers send their data to it; the shards still allocate
-  // pools and job ids.
+  // pools and job ids. With `result_multicast`, jobs whose ranks all sit on
+  // loopback and accept it get their results by host-local multicast.
   ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                 ExternalDataPlane* external = nullptr);
+                 ExternalDataPlane* external = nullptr, bool result_multicast = false);
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -54,6 +55,8 @@ class ControlService final : public control::v1::Control::Service {
     std::vector<uint64_t> tokens;                            // per rank, for Leave
     std::string auth_key;                                    // the first rank's secret
     std::string auth_salt;                                   // with a secret
+    bool unicast_only = false;  // some rank refused multicast or is not on this host
+    std::vector<sockaddr_in> result_groups;  // per worker thread; empty: unicast
     // Ranks that left on purpose (Leave). The job ends when all have, or at
     // `end_at`: a grace period in which the others can still fetch results of
     // operations the leaver completed (a lost result is re-sent by the switch).
@@ -73,6 +76,7 @@ class ControlService final : public control::v1::Control::Service {
   std::vector<DataThread*> shards_;
   std::vector<uint16_t> data_ports_;
   ExternalDataPlane* external_;
+  bool result_multicast_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_

@@ -76,7 +76,8 @@ void DataThread::RunCommands() {
 
 void DataThread::InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots,
                                   uint16_t threads, std::vector<sockaddr_in> addresses,
-                                  const std::optional<net::PacketAuthenticator>& auth) {
+                                  const std::optional<net::PacketAuthenticator>& auth,
+                                  std::vector<sockaddr_in> result_groups) {
   Book& b = books_[id.value() % books_.size()];
   b.active = true;
   b.id = id.value();
@@ -88,6 +89,7 @@ void DataThread::InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_s
   }
   b.addresses = std::move(addresses);
   b.auth = auth;
+  b.result_groups = std::move(result_groups);
 }
 
 void DataThread::RemoveAddresses(JobId id) {
@@ -146,7 +148,9 @@ void DataThread::Handle(std::span<const uint8_t> packet, const sockaddr_in& sour
   ++out_used_;
   const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
   const std::span<const uint8_t> result(out.data(), length);
-  if (v.action == Action::kSendToAll) {
+  if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
+    send_.AddRef(socket_.fd(), result, book.result_groups[thread]);
+  } else if (v.action == Action::kSendToAll) {
     for (uint16_t r = 0; r < v.world_size; ++r) {
       send_.AddRef(socket_.fd(), result, book.addresses[size_t(r) * book.threads + thread]);
     }

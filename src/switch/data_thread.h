@@ -45,9 +45,12 @@ class DataThread {
   // Binds job `id` to its workers' addresses: addresses[rank * threads + t]
   // is rank's socket for thread t, which owns slots [t*S/T, (t+1)*S/T).
   // With `auth`, the job's packets must carry a valid MAC, and results are signed.
+  // With `result_groups` (one per thread), a result for all ranks is one
+  // datagram to thread t's group instead of one per rank.
   void InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
                         std::vector<sockaddr_in> addresses,
-                        const std::optional<net::PacketAuthenticator>& auth);
+                        const std::optional<net::PacketAuthenticator>& auth,
+                        std::vector<sockaddr_in> result_groups = {});
   void RemoveAddresses(JobId id);
   uint64_t packets_sent() const { return send_.sent(); }
   uint64_t send_errors() const { return send_.dropped(); }
@@ -60,6 +63,7 @@ class DataThread {
     uint16_t threads = 1;
     std::vector<uint16_t> thread_of_slot;
     std::vector<sockaddr_in> addresses;
+    std::vector<sockaddr_in> result_groups;
     std::optional<net::PacketAuthenticator> auth;
   };
   void Run();

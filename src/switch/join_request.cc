@@ -58,6 +58,7 @@ StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
   }
   ParsedJoin join;
   join.auth_key = req.auth_key();
+  join.accept_result_multicast = req.accept_result_multicast();
   const size_t threads = size_t(req.data_addresses_size());
   if (threads > req.pool_slots()) {
     return InvalidArgument("rank " + std::to_string(req.rank()) + " has " +

@@ -18,6 +18,7 @@ struct ParsedJoin {
   std::vector<sockaddr_in> addresses;  // one per worker thread
   std::chrono::milliseconds join_timeout;
   std::string auth_key;  // empty, or kAuthKeyBytes of job secret
+  bool accept_result_multicast = false;
 };
 
 // Checks the protocol version, ranges, and the data addresses (numeric IPv4

@@ -75,12 +75,16 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     if (impl->external) local.sin_port = 0;  // never used: the P4 switch carries the data
     auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
     if (!socket.ok()) return socket.status();
+    if (config.result_multicast && !impl->external) {
+      if (Status s = socket.value().SetHostLocalMulticast(); !s.ok()) return s;
+    }
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
     impl->shards.push_back(std::make_unique<DataThread>(config.data_plane, std::move(socket).value(),
                                                         s, config.data_threads));
     shards.push_back(impl->shards.back().get());
   }
-  impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get());
+  impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get(),
+                                                   config.result_multicast);
 
   grpc::ServerBuilder builder;
   int selected = 0;
