@@ -68,6 +68,25 @@ void BM_Dequantize(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(4 * n));
 }
 
+// As the worker fills a large result: one 32 KiB packet after another into
+// a 64 MiB output, with stores through the caches (0) or past them (1).
+void BM_DequantizeIntoLargeOutput(benchmark::State& state) {
+  const bool stream = state.range(0) != 0;
+  const kernels::QuantizeKernels& k = kernels::Best();
+  state.SetLabel(std::string(k.name) + (stream ? " non-temporal" : " cached"));
+  const size_t packet = 8192, n = size_t(16) << 20;
+  std::vector<uint8_t> in(4 * packet, 0x12);
+  std::vector<float> out(n, 1.0f);
+  const BlockScale s = MakeBlockScale(3, 8);
+  for (auto _ : state) {
+    for (size_t i = 0; i < n; i += packet) {
+      (stream ? k.dequantize_stream : k.dequantize)(in.data(), packet, s, out.data() + i);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(4 * n));
+}
+
 void BM_BlockExponent(benchmark::State& state) {
   const kernels::QuantizeKernels* k = Kernels(int(state.range(1)));
   if (k == nullptr) return state.SkipWithError("no AVX2 on this CPU");
@@ -124,6 +143,7 @@ void BM_DecodePacket(benchmark::State& state) {
 BENCHMARK(BM_Memcpy)->Arg(1024)->Arg(8192)->Arg(1 << 20);
 BENCHMARK(BM_Quantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1}});
 BENCHMARK(BM_Dequantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1}});
+BENCHMARK(BM_DequantizeIntoLargeOutput)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
 BENCHMARK(BM_BlockExponent)->ArgsProduct({{1024, 8192}, {0, 1}});
 BENCHMARK(BM_DataPlaneContribution)->Arg(64)->Arg(256)->Arg(1024)->Arg(8192);
 BENCHMARK(BM_DecodePacket);

@@ -108,6 +108,8 @@ INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
                                            // talks to data thread t % shards.
                                            Shape{3, 2, 50000, 2}, Shape{2, 5, 30001, 3},
                                            Shape{2, 1, 1000, 2},
+                                           // 8 MiB and more: results stored past the caches.
+                                           Shape{2, 2, (8 << 20) / 4 + 1001},
                                            // Results by unicast, one per rank.
                                            Shape{4, 1, 70001, 1, false},
                                            Shape{3, 2, 50000, 2, false}),

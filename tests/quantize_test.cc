@@ -161,6 +161,16 @@ TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
         simd->dequantize(a.data(), n, s, fa.data());
         kernels::kScalar.dequantize(a.data(), n, s, fb.data());
         ASSERT_EQ(0, n ? std::memcmp(fa.data(), fb.data(), 4 * n) : 0) << "dequantize n=" << n;
+        // Non-temporal stores: the same bits at every alignment of the output
+        // (a scalar head up to 16 bytes), and nothing written around it.
+        for (size_t offset = 0; offset < 4; ++offset) {
+          std::vector<float> fs(n + 5, 7.0f);
+          simd->dequantize_stream(a.data(), n, s, fs.data() + offset);
+          ASSERT_EQ(0, n ? std::memcmp(fs.data() + offset, fb.data(), 4 * n) : 0)
+              << "dequantize_stream n=" << n << " offset=" << offset;
+          for (size_t i = 0; i < offset; ++i) ASSERT_EQ(fs[i], 7.0f);
+          for (size_t i = offset + n; i < fs.size(); ++i) ASSERT_EQ(fs[i], 7.0f);
+        }
       }
     }
   }

@@ -50,6 +50,11 @@ void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* ds
 
 // out[i] = float(int32(src_be word i) * scale.inverse).
 void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, float* out);
+// The same values, written with non-temporal stores where the CPU has them:
+// for outputs far larger than the caches, which nobody reads soon. They
+// skip the read for ownership of every line and evict nothing.
+void DequantizeFromBigEndianStreaming(const uint8_t* src_be, size_t n, BlockScale scale,
+                                      float* out);
 
 // Int32 tensors travel unscaled.
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be);

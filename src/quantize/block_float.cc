@@ -45,8 +45,9 @@ void AddBe32Scalar(const uint8_t* src_be, size_t n, uint32_t* acc) {
 
 }  // namespace
 
-const QuantizeKernels kScalar = {"scalar",     BlockExponentScalar, QuantizeScalar,
-                                 DequantizeScalar, Swap32Scalar,    AddBe32Scalar};
+const QuantizeKernels kScalar = {"scalar",         BlockExponentScalar, QuantizeScalar,
+                                 DequantizeScalar, DequantizeScalar,    Swap32Scalar,
+                                 AddBe32Scalar};
 
 #if SWITCHML_HAVE_AVX2
 const QuantizeKernels* Avx2() { return __builtin_cpu_supports("avx2") ? &kAvx2 : nullptr; }
@@ -74,6 +75,11 @@ void QuantizeToBigEndian(const float* x, size_t n, BlockScale scale, uint8_t* ds
 
 void DequantizeFromBigEndian(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
   kernels::Best().dequantize(src_be, n, scale, out);
+}
+
+void DequantizeFromBigEndianStreaming(const uint8_t* src_be, size_t n, BlockScale scale,
+                                      float* out) {
+  kernels::Best().dequantize_stream(src_be, n, scale, out);
 }
 
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be) {

@@ -15,6 +15,8 @@ struct QuantizeKernels {
   int16_t (*block_exponent)(const float* x, size_t n);
   void (*quantize)(const float* x, size_t n, BlockScale scale, uint8_t* dst_be);
   void (*dequantize)(const uint8_t* src_be, size_t n, BlockScale scale, float* out);
+  // The same values, stored past the caches where the instruction set can.
+  void (*dequantize_stream)(const uint8_t* src_be, size_t n, BlockScale scale, float* out);
   // dst[i] = src[i] with the bytes of each 32-bit word reversed (host order
   // <-> network order, either way).
   void (*swap32)(const uint8_t* src, size_t n, uint8_t* dst);

@@ -4,6 +4,8 @@
 // float. So results are bitwise identical.
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "quantize/kernels.h"
@@ -51,9 +53,23 @@ void QuantizeAvx2(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
   kScalar.quantize(x + i, n - i, scale, dst_be + 4 * i);
 }
 
-void DequantizeAvx2(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
+// kStream: non-temporal stores (16-byte aligned, after a scalar head), then
+// a store fence so that the values are visible before anyone is told.
+template <bool kStream>
+void Dequantize(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
   const __m256d inverse = _mm256_set1_pd(scale.inverse);
   size_t i = 0;
+  if constexpr (kStream) {
+    i = std::min(n, ((16 - reinterpret_cast<uintptr_t>(out) % 16) % 16) / 4);
+    kScalar.dequantize(src_be, i, scale, out);
+  }
+  const auto store = [](float* p, __m128 v) {
+    if constexpr (kStream) {
+      _mm_stream_ps(p, v);
+    } else {
+      _mm_storeu_ps(p, v);
+    }
+  };
   // Two independent 8-lane steps per iteration keep both conversion chains busy.
   for (; i + 16 <= n; i += 16) {
     const __m128i q0 = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
@@ -64,19 +80,28 @@ void DequantizeAvx2(const uint8_t* src_be, size_t n, BlockScale scale, float* ou
     const __m128 f1 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q1), inverse));
     const __m128 f2 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q2), inverse));
     const __m128 f3 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q3), inverse));
-    _mm_storeu_ps(out + i, f0);
-    _mm_storeu_ps(out + i + 4, f1);
-    _mm_storeu_ps(out + i + 8, f2);
-    _mm_storeu_ps(out + i + 12, f3);
+    store(out + i, f0);
+    store(out + i + 4, f1);
+    store(out + i + 8, f2);
+    store(out + i + 12, f3);
   }
   for (; i + 8 <= n; i += 8) {
     const __m128i qlo = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
     const __m128i qhi =
         ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 16)));
-    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(qlo), inverse)));
-    _mm_storeu_ps(out + i + 4, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(qhi), inverse)));
+    store(out + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(qlo), inverse)));
+    store(out + i + 4, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(qhi), inverse)));
   }
   kScalar.dequantize(src_be + 4 * i, n - i, scale, out + i);
+  if constexpr (kStream) _mm_sfence();
+}
+
+void DequantizeAvx2(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
+  Dequantize<false>(src_be, n, scale, out);
+}
+
+void DequantizeStreamAvx2(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
+  Dequantize<true>(src_be, n, scale, out);
 }
 
 // ByteSwap32 on a whole 256-bit register (the shuffle stays within lanes).
@@ -111,7 +136,7 @@ void AddBe32Avx2(const uint8_t* src_be, size_t n, uint32_t* acc) {
 
 }  // namespace
 
-const QuantizeKernels kAvx2 = {"avx2",         BlockExponentAvx2, QuantizeAvx2,
-                               DequantizeAvx2, Swap32Avx2,        AddBe32Avx2};
+const QuantizeKernels kAvx2 = {"avx2",       BlockExponentAvx2,    QuantizeAvx2, DequantizeAvx2,
+                               DequantizeStreamAvx2, Swap32Avx2, AddBe32Avx2};
 
 }  // namespace switchml::kernels

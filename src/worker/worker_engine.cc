@@ -19,6 +19,11 @@ constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
 // so it costs at most this share of a large operation's packets.
 constexpr uint32_t kDescriptorShare = 32;
 
+// Float outputs of at least this size are written with non-temporal stores:
+// larger than the caches, so storing them through the caches costs a read of
+// each line and evicts the packet buffers.
+constexpr uint64_t kStreamingOutputBytes = 8u << 20;
+
 std::string Millis(Nanos d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
 }
@@ -346,8 +351,15 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
         op.non_finite_chunk = int64_t(chunk);
       }
     } else {
-      DequantizeFromBigEndian(p.payload, n, MakeBlockScale(slot.scale, config_.world_size),
-                              reinterpret_cast<float*>(op.out) + begin);
+      // A large output goes past the caches (it would only evict what the
+      // next packets need); a small one stays for the caller to read.
+      const BlockScale scale = MakeBlockScale(slot.scale, config_.world_size);
+      float* out = reinterpret_cast<float*>(op.out) + begin;
+      if (op.count * sizeof(float) >= kStreamingOutputBytes) {
+        DequantizeFromBigEndianStreaming(p.payload, n, scale, out);
+      } else {
+        DequantizeFromBigEndian(p.payload, n, scale, out);
+      }
     }
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
