@@ -101,6 +101,51 @@ TEST(WorkerEngine, LostFirstPacketIsRetransmittedUnchanged) {
   EXPECT_EQ(sink.sent.size(), 6u);
 }
 
+// The engine keeps no copy of what it sent: a lost data packet is written
+// again from the input, byte for byte, even in place (the input's later
+// chunks are already results by then).
+TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
+  DataPlaneConfig dc;
+  dc.pool_slots = 2;
+  dc.max_elements_per_packet = 32;
+  DataPlane dp(dc);
+  ASSERT_TRUE(dp.RegisterJob({JobId(3), 1, 32, 0, 2}).ok());
+  WorkerEngine e(Config(1, 0, 2));
+  RecordingSink sink;
+  std::vector<float> x(100);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i) * 0.37f - 5.0f;
+  const std::vector<float> original = x;
+  Status result;
+  bool called = false;
+  ASSERT_TRUE(e.Submit(x.data(), x.data(), x.size(), DType::kFloat32,
+                       [&](OpId, const Status& s) { result = s, called = true; })
+                  .ok());
+  std::vector<uint8_t> out(PacketBytes(32)), lost;
+  int resent = 0;
+  Nanos now(0);
+  e.OnTimer(now, sink);
+  for (size_t delivered = 0; !called;) {
+    for (; delivered < sink.sent.size(); ++delivered) {
+      const std::vector<uint8_t> p = sink.sent[delivered];  // OnPacket appends
+      if (lost.empty() && HeaderOf(p).chunk >= 2) {  // the first data round's first packet
+        lost = p;
+        continue;
+      }
+      if (p == lost) ++resent;
+      const Verdict v = dp.Process(p, out);
+      if (v.action != Action::kDrop) e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+    }
+    if (called) break;
+    now = e.NextDeadline();
+    ASSERT_LT(now, milliseconds(50));
+    e.OnTimer(now, sink);
+  }
+  ASSERT_TRUE(result.ok()) << result.ToString();
+  EXPECT_EQ(resent, 1);
+  EXPECT_EQ(e.counters().retransmissions, 1u);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], original[i], 1e-6) << i;
+}
+
 // Drives one engine against a real data plane with a second, scripted rank.
 TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
   DataPlaneConfig dc;

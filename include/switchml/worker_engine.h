@@ -50,18 +50,25 @@
 
 namespace switchml {
 
-// Where an engine's outgoing packets go. The bytes live in the engine's
-// per-slot buffer, which the engine rewrites only when that slot's result
-// arrives. So a sink may queue a reference instead of a copy as long as it
-// sends before its caller hands the engine packets that were received after
-// the queued ones were sent (e.g. flushing after each receive batch). In the
-// rare case that a retransmission is queued and the slot's result arrives in
-// the same batch, the reference then sends the new round twice: a duplicate
-// the switch answers like any retransmission.
+// Where an engine's outgoing packets go. The engine writes each packet
+// straight into a buffer the sink lends (Claim) and hands it back (Send); it
+// keeps no copy: a retransmission writes the same bytes again from the
+// operation's input. So a batching sink sends without copying, from a few
+// buffers that stay warm in cache.
 class PacketSink {
  public:
   virtual ~PacketSink() = default;
+  // A buffer of at least `bytes` for the next packet, valid until Send().
+  // This default lends one buffer of its own (allocated at the first packet).
+  virtual std::span<uint8_t> Claim(size_t bytes) {
+    if (scratch_.size() < bytes) scratch_.resize(bytes);
+    return {scratch_.data(), bytes};
+  }
+  // Sends `packet`, the first bytes of the buffer the last Claim() lent.
   virtual void Send(std::span<const uint8_t> packet) = 0;
+
+ private:
+  std::vector<uint8_t> scratch_;
 };
 
 struct WorkerEngineConfig {
@@ -147,6 +154,9 @@ class WorkerEngine {
   void StartNextOp(Nanos now, PacketSink& sink);
   void SendInOrder(Nanos now, PacketSink& sink);
   void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // Writes slot `index`'s packet for its current round into `buf`
+  // (packet_bytes_): the same bytes every time until the slot moves on.
+  void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);
   void Break(Status status);
@@ -160,7 +170,6 @@ class WorkerEngine {
   WorkerEngineConfig config_;
   size_t packet_bytes_;
   std::vector<Slot> slots_;
-  std::vector<uint8_t> packet_buffers_;  // one retransmission copy per slot
   std::vector<uint32_t> missing_;        // ranks the switch last reported missing (bitmap)
   Nanos missing_reported_at_{-1};
   std::deque<Op> queue_;                 // queue_.front() runs

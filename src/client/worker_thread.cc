@@ -4,7 +4,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "switchml/wire_format.h"
 
@@ -19,28 +21,35 @@ Nanos Now() {
 
 }  // namespace
 
-// Batches the engine's packets for one sendmmsg on the connected socket:
-// references to the engine's buffers (no copy), or signed copies when the
-// job has a key.
+// Batches the engine's packets for one sendmmsg on the connected socket. The
+// engine writes them straight into the batch's buffers (signed there when
+// the job has a key).
 class WorkerThread::BatchSink : public PacketSink {
  public:
   // `packet_bytes` has room for the MAC (MaxPacketBytes).
   BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth)
       : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {}
+  std::span<uint8_t> Claim(size_t bytes) override {
+    claimed_ = batch_.Claim(fd_);
+    return claimed_.first(std::min(bytes, claimed_.size()));
+  }
   void Send(std::span<const uint8_t> packet) override {
-    if (!auth_) {
-      batch_.AddRef(fd_, packet, nullptr);
-      return;
+    uint8_t* buf = claimed_.data();
+    claimed_ = {};
+    if (packet.data() != buf) {  // not written in place: copy it there
+      const std::span<uint8_t> room = batch_.Claim(fd_);
+      if (packet.size() + kAuthTagBytes > room.size()) return;  // never: sized for any packet
+      std::memcpy(room.data(), packet.data(), packet.size());
+      buf = room.data();
     }
-    const std::span<uint8_t> copy = batch_.AddForEdit(fd_, packet, nullptr);
-    if (copy.size() < packet.size() + kAuthTagBytes) return;  // counted as dropped
-    batch_.SetLastLength(auth_->Sign(copy.data(), packet.size()));
+    batch_.Commit(auth_ ? auth_->Sign(buf, packet.size()) : packet.size(), nullptr);
   }
   void Flush() { batch_.Flush(fd_); }
 
  private:
   int fd_;
   net::SendBatch batch_;
+  std::span<uint8_t> claimed_;
   std::optional<net::PacketAuthenticator>& auth_;
 };
 

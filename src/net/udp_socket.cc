@@ -134,31 +134,31 @@ SendBatch::SendBatch(size_t max_packets, size_t max_bytes)
       iov_(max_packets),
       headers_(max_packets) {}
 
-std::span<uint8_t> SendBatch::AddForEdit(int fd, std::span<const uint8_t> bytes,
-                                         const sockaddr_in* dest) {
+std::span<uint8_t> SendBatch::Claim(int fd) {
   if (count_ == headers_.size()) Flush(fd);
+  return {&buffers_[count_ * max_bytes_], max_bytes_};
+}
+
+void SendBatch::Commit(size_t bytes, const sockaddr_in* dest) {
+  Queue(&buffers_[count_ * max_bytes_], bytes, dest);
+}
+
+void SendBatch::Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
   if (bytes.size() > max_bytes_) {
     ++dropped_;
-    return {};
+    return;
   }
-  uint8_t* buf = &buffers_[count_ * max_bytes_];
-  std::memcpy(buf, bytes.data(), bytes.size());
-  iov_[count_] = iovec{buf, bytes.size()};
-  headers_[count_] = mmsghdr{};
-  if (dest != nullptr) {
-    dests_[count_] = *dest;
-    headers_[count_].msg_hdr.msg_name = &dests_[count_];
-    headers_[count_].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-  }
-  headers_[count_].msg_hdr.msg_iov = &iov_[count_];
-  headers_[count_].msg_hdr.msg_iovlen = 1;
-  ++count_;
-  return {buf, max_bytes_};
+  std::memcpy(Claim(fd).data(), bytes.data(), bytes.size());
+  Commit(bytes.size(), dest);
 }
 
 void SendBatch::AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
   if (count_ == headers_.size()) Flush(fd);
-  iov_[count_] = iovec{const_cast<uint8_t*>(bytes.data()), bytes.size()};
+  Queue(const_cast<uint8_t*>(bytes.data()), bytes.size(), dest);
+}
+
+void SendBatch::Queue(uint8_t* bytes, size_t length, const sockaddr_in* dest) {
+  iov_[count_] = iovec{bytes, length};
   headers_[count_] = mmsghdr{};
   if (dest != nullptr) {
     dests_[count_] = *dest;

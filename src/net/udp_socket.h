@@ -71,20 +71,20 @@ class RecvBatch {
 // Collects datagrams and sends them with one sendmmsg per Flush().
 class SendBatch {
  public:
-  // `max_bytes` sizes the copies Add() makes; 0 for a batch used only with
-  // AddRef().
+  // `max_bytes` sizes the batch's own buffers (Claim, Add); 0 for a batch
+  // used only with AddRef().
   SendBatch(size_t max_packets, size_t max_bytes);
-  // Copies `bytes`; `dest` may be null on a connected socket. Flushes first
-  // when the batch is full.
-  void Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest) {
-    AddForEdit(fd, bytes, dest);
-  }
-  // Add() that returns the copy's whole buffer (max_bytes), so the caller
-  // can extend the datagram in place (append a MAC) and SetLastLength().
-  // Empty when `bytes` does not fit (then it is counted as dropped).
-  std::span<uint8_t> AddForEdit(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
-  // REQUIRES: the last call was AddForEdit() and bytes <= max_bytes.
-  void SetLastLength(size_t bytes) { iov_[count_ - 1].iov_len = bytes; }
+  // The batch's buffer (max_bytes) for the next datagram, to write in place;
+  // Commit() queues it. Flushes first when the batch is full. Buffers are
+  // reused from the first after each Flush(), so few stay warm in cache.
+  // REQUIRES: max_bytes > 0.
+  std::span<uint8_t> Claim(int fd);
+  // Queues the first `bytes` of the buffer the last Claim() returned.
+  // `dest` may be null on a connected socket.
+  // REQUIRES: bytes <= max_bytes, and no other call since that Claim().
+  void Commit(size_t bytes, const sockaddr_in* dest);
+  // Copies `bytes` (Claim + Commit); counts it as dropped if it does not fit.
+  void Add(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
   // Queues `bytes` without copying: they must stay valid until Flush().
   // `dest` may be null on a connected socket.
   void AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in* dest);
@@ -99,6 +99,8 @@ class SendBatch {
   uint64_t dropped() const { return dropped_; }
 
  private:
+  void Queue(uint8_t* bytes, size_t length, const sockaddr_in* dest);
+
   size_t max_bytes_;
   size_t count_ = 0;
   std::vector<uint8_t> buffers_;

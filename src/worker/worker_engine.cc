@@ -103,7 +103,6 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
     : config_(config),
       packet_bytes_(PacketBytes(config.elements_per_packet)),
       slots_(config.pool_slots),
-      packet_buffers_(config.pool_slots * packet_bytes_),
       missing_((config.world_size + 31) / 32),
       sizer_(config.pool_slots),
       rto_(config.retransmit_timeout) {}
@@ -205,10 +204,22 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 }
 
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
+  WritePacket(slot, index, buf.data());
+  sink.Send(buf.first(packet_bytes_));
+  ++counters_.packets_sent;
+  slot.outstanding = true;
+  slot.attempts = 0;
+  slot.sent_at = now;
+  slot.delivered_at_send = counters_.results_accepted;
+  slot.deadline = now + rto_;
+  next_scan_ = std::min(next_scan_, slot.deadline);
+}
+
+void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
   Op& op = queue_.front();
   const uint32_t k = config_.elements_per_packet;
   const bool is_float = op.dtype == DType::kFloat32;
-  uint8_t* buf = &packet_buffers_[index * packet_bytes_];
   uint8_t* payload = buf + kHeaderBytes;
 
   // The chunk whose exponent this packet announces: the next one in this slot.
@@ -257,15 +268,6 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
   h.next_exponent = next_exponent;
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
-
-  sink.Send(std::span<const uint8_t>(buf, packet_bytes_));
-  ++counters_.packets_sent;
-  slot.outstanding = true;
-  slot.attempts = 0;
-  slot.sent_at = now;
-  slot.delivered_at_send = counters_.results_accepted;
-  slot.deadline = now + rto_;
-  next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
 void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink) {
@@ -480,8 +482,10 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     if (!slot.outstanding) continue;
     ++outstanding;
     if (now >= slot.deadline) {
-      // Resend the stored packet unchanged: same slot, version and values.
-      sink.Send(std::span<const uint8_t>(&packet_buffers_[i * packet_bytes_], packet_bytes_));
+      // Resend the packet unchanged: same slot, version and values.
+      const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
+      WritePacket(slot, i, buf.data());
+      sink.Send(buf.first(packet_bytes_));
       ++counters_.packets_sent;
       ++counters_.retransmissions;
       ++unanswered_;
