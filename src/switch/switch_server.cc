@@ -76,13 +76,19 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
     if (!socket.ok()) return socket.status();
     if (config.result_multicast && !impl->external) {
-      if (Status s = socket.value().SetHostLocalMulticast(); !s.ok()) return s;
+      // Without a working loopback (a network namespace whose lo is down)
+      // no worker can be on loopback either: results go by unicast.
+      if (Status s = socket.value().SetHostLocalMulticast(); !s.ok()) {
+        spdlog::warn("results go by unicast only: {}", s.message());
+        config.result_multicast = false;
+      }
     }
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
     impl->shards.push_back(std::make_unique<DataThread>(config.data_plane, std::move(socket).value(),
                                                         s, config.data_threads));
     shards.push_back(impl->shards.back().get());
   }
+  impl->config.result_multicast = config.result_multicast;
   impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get(),
                                                    config.result_multicast);
 
