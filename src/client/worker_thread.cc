@@ -142,7 +142,7 @@ void WorkerThread::Run() {
   const size_t max_bytes = MaxPacketBytes(engine_.config().elements_per_packet);
   BatchSink sink(socket_.fd(), max_bytes, auth_);
   // One extra byte tells a datagram that is too long from one that fits.
-  net::RecvBatch recv(kBatch, max_bytes + 1);
+  net::RecvBatch recv(net::ReceiveBatchPackets(max_bytes), max_bytes + 1);
   // A negative fd (no group) is ignored by ppoll.
   pollfd fds[3] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_.fd(), POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
