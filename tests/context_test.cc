@@ -35,6 +35,16 @@ struct Shape {
 
 class ContextAllReduce : public ::testing::TestWithParam<Shape> {};
 
+// The value of the switch's metric `metric` for job `job` ("" if absent).
+std::string JobMetric(SwitchServer& sw, const std::string& metric, const std::string& job) {
+  const std::string text = sw.PrometheusText();
+  const size_t at = text.find(metric + "{job=\"" + job + "\"");
+  if (at == std::string::npos) return "";
+  const size_t end = text.find('\n', at);
+  const size_t space = text.rfind(' ', end);
+  return text.substr(space + 1, end - space - 1);
+}
+
 // With multicast, a rank got each result on its group, except those that
 // answered one of its retransmissions (by unicast), which can come first.
 void ExpectResultsByMulticast(const ContextCounters& c, bool multicast) {
@@ -174,6 +184,8 @@ TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {
       EXPECT_EQ(c->counters().invalid, 0u);
     }
   }
+  EXPECT_EQ(JobMetric(*sw, "switchml_job_result_multicast", "a"), "1");
+  EXPECT_EQ(JobMetric(*sw, "switchml_job_result_multicast", "b"), "1");
 }
 
 // The switch multicasts a job's results only when every rank accepts it and
@@ -191,6 +203,7 @@ TEST(ContextResultMulticast, OneRankThatRefusesMakesTheJobUnicast) {
     EXPECT_EQ(v[r], std::vector<int32_t>(5000, 21));
     ExpectResultsByMulticast(contexts[r]->counters(), false);
   });
+  EXPECT_EQ(JobMetric(*sw, "switchml_job_result_multicast", "mixed"), "0");
 }
 
 TEST(ContextResultMulticast, ASwitchWithoutItSendsUnicast) {

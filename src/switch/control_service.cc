@@ -374,6 +374,7 @@ control::v1::StatsReply ControlService::CollectStats() {
     if (job->assignment) {
       j->set_job_id(job->assignment->id.value());
       j->set_pool_slots(job->assignment->pool_slots);
+      j->set_result_multicast(!job->result_groups.empty());
       FillCounters(per_job[job->assignment->id.value()], j->mutable_counters());
     }
   }

@@ -59,7 +59,10 @@ std::string FormatPrometheus(const control::v1::StatsReply& s) {
         "job=\"" + LabelValue(j.job_name()) + "\",id=\"" + std::to_string(j.job_id()) + "\"";
     Line(out, "switchml_job_ranks_joined", labels, j.joined());
     Line(out, "switchml_job_active", labels, j.active());
-    if (j.active()) Counters(out, j.counters(), labels);
+    if (j.active()) {
+      Line(out, "switchml_job_result_multicast", labels, j.result_multicast());
+      Counters(out, j.counters(), labels);
+    }
   }
   return out;
 }
@@ -82,10 +85,11 @@ std::string FormatTable(const control::v1::StatsReply& s) {
   for (const auto& j : s.jobs()) {
     const auto& c = j.counters();
     std::snprintf(buf, sizeof(buf),
-                  "  %-20s id %-6u %s %u/%u ranks, %u slots: packets %llu, completed %llu, "
+                  "  %-20s id %-6u %s %u/%u ranks, %u slots%s: packets %llu, completed %llu, "
                   "resent %llu, pending %llu\n",
                   j.job_name().c_str(), j.job_id(), j.active() ? "active " : "joining",
-                  j.joined(), j.world_size(), j.pool_slots(), (unsigned long long)c.packets(),
+                  j.joined(), j.world_size(), j.pool_slots(),
+                  j.result_multicast() ? ", results by multicast" : "", (unsigned long long)c.packets(),
                   (unsigned long long)c.slots_completed(), (unsigned long long)c.results_resent(),
                   (unsigned long long)c.pending_replies());
     out += buf;
