@@ -220,6 +220,19 @@ TEST(QuantizeKernels, WordSwapAndBigEndianAddMatchTheirDefinition) {
         ASSERT_EQ(host, be) << set->name << " swap32 n=" << n << " i=" << i;
         ASSERT_EQ(acc[i], uint32_t(acc0[i] + be)) << set->name << " add_be32 n=" << n << " i=" << i;
       }
+      // Non-temporal stores: the same words at every 4-byte alignment of the
+      // output (a scalar head up to 32 bytes), and nothing written around it.
+      for (size_t offset = 0; offset < 8; ++offset) {
+        std::vector<uint8_t> streamed(4 * (n + 9), 0xA5);
+        set->swap32_stream(src.data(), n, streamed.data() + 4 * offset);
+        ASSERT_TRUE(std::equal(swapped.begin(), swapped.end(), streamed.begin() + 4 * offset))
+            << set->name << " swap32_stream n=" << n << " offset=" << offset;
+        for (size_t b = 0; b < streamed.size(); ++b) {
+          if (b < 4 * offset || b >= 4 * (offset + n)) {
+            ASSERT_EQ(streamed[b], 0xA5) << b;
+          }
+        }
+      }
     }
   }
 }

@@ -59,6 +59,8 @@ void DequantizeFromBigEndianStreaming(const uint8_t* src_be, size_t n, BlockScal
 // Int32 tensors travel unscaled.
 void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be);
 void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out);
+// The same, with non-temporal stores (see DequantizeFromBigEndianStreaming).
+void Int32FromBigEndianStreaming(const uint8_t* src_be, size_t n, int32_t* out);
 // The switch's aggregation: acc[i] += big-endian src[i], wrapping mod 2^32.
 void AddBigEndian(const uint8_t* src_be, size_t n, uint32_t* acc);
 

@@ -47,7 +47,7 @@ void AddBe32Scalar(const uint8_t* src_be, size_t n, uint32_t* acc) {
 
 const QuantizeKernels kScalar = {"scalar",         BlockExponentScalar, QuantizeScalar,
                                  DequantizeScalar, DequantizeScalar,    Swap32Scalar,
-                                 AddBe32Scalar};
+                                 Swap32Scalar,     AddBe32Scalar};
 
 #if SWITCHML_HAVE_AVX2
 const QuantizeKernels* Avx2() { return __builtin_cpu_supports("avx2") ? &kAvx2 : nullptr; }
@@ -88,6 +88,10 @@ void Int32ToBigEndian(const int32_t* x, size_t n, uint8_t* dst_be) {
 
 void Int32FromBigEndian(const uint8_t* src_be, size_t n, int32_t* out) {
   kernels::Best().swap32(src_be, n, reinterpret_cast<uint8_t*>(out));
+}
+
+void Int32FromBigEndianStreaming(const uint8_t* src_be, size_t n, int32_t* out) {
+  kernels::Best().swap32_stream(src_be, n, reinterpret_cast<uint8_t*>(out));
 }
 
 void AddBigEndian(const uint8_t* src_be, size_t n, uint32_t* acc) {

@@ -20,6 +20,8 @@ struct QuantizeKernels {
   // dst[i] = src[i] with the bytes of each 32-bit word reversed (host order
   // <-> network order, either way).
   void (*swap32)(const uint8_t* src, size_t n, uint8_t* dst);
+  // The same words, stored past the caches where the instruction set can.
+  void (*swap32_stream)(const uint8_t* src, size_t n, uint8_t* dst);
   // acc[i] += big-endian src[i], wrapping (the switch's aggregation).
   void (*add_be32)(const uint8_t* src_be, size_t n, uint32_t* acc);
 };

@@ -111,16 +111,34 @@ inline __m256i ByteSwap32x8(__m256i v) {
   return _mm256_shuffle_epi8(v, mask);
 }
 
-void Swap32Avx2(const uint8_t* src, size_t n, uint8_t* dst) {
+// kStream as in Dequantize (32-byte aligned stores, after a scalar head).
+template <bool kStream>
+void Swap32(const uint8_t* src, size_t n, uint8_t* dst) {
   size_t i = 0;
+  if constexpr (kStream) {
+    i = std::min(n, ((32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32) / 4);
+    kScalar.swap32(src, i, dst);
+  }
+  const auto store = [](uint8_t* p, __m256i v) {
+    if constexpr (kStream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+    }
+  };
   for (; i + 16 <= n; i += 16) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i + 32));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i), ByteSwap32x8(a));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 4 * i + 32), ByteSwap32x8(b));
+    store(dst + 4 * i, ByteSwap32x8(a));
+    store(dst + 4 * i + 32, ByteSwap32x8(b));
   }
   kScalar.swap32(src + 4 * i, n - i, dst + 4 * i);
+  if constexpr (kStream) _mm_sfence();
 }
+
+void Swap32Avx2(const uint8_t* src, size_t n, uint8_t* dst) { Swap32<false>(src, n, dst); }
+
+void Swap32StreamAvx2(const uint8_t* src, size_t n, uint8_t* dst) { Swap32<true>(src, n, dst); }
 
 void AddBe32Avx2(const uint8_t* src_be, size_t n, uint32_t* acc) {
   size_t i = 0;
@@ -136,7 +154,8 @@ void AddBe32Avx2(const uint8_t* src_be, size_t n, uint32_t* acc) {
 
 }  // namespace
 
-const QuantizeKernels kAvx2 = {"avx2",       BlockExponentAvx2,    QuantizeAvx2, DequantizeAvx2,
-                               DequantizeStreamAvx2, Swap32Avx2, AddBe32Avx2};
+const QuantizeKernels kAvx2 = {"avx2",         BlockExponentAvx2,    QuantizeAvx2,
+                               DequantizeAvx2, DequantizeStreamAvx2, Swap32Avx2,
+                               Swap32StreamAvx2, AddBe32Avx2};
 
 }  // namespace switchml::kernels

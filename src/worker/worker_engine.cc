@@ -19,7 +19,7 @@ constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
 // so it costs at most this share of a large operation's packets.
 constexpr uint32_t kDescriptorShare = 32;
 
-// Float outputs of at least this size are written with non-temporal stores:
+// Outputs of at least this size are written with non-temporal stores:
 // larger than the caches, so storing them through the caches costs a read of
 // each line and evicts the packet buffers.
 constexpr uint64_t kStreamingOutputBytes = 8u << 20;
@@ -344,8 +344,12 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
     const uint64_t chunk = uint64_t(slot.round - 1) * op.window + index;
     const uint64_t begin = chunk * k;
     const size_t n = size_t(std::min<uint64_t>(k, op.count - begin));
+    // A large output goes past the caches (it would only evict what the
+    // next packets need); a small one stays for the caller to read.
+    const bool stream = op.count * 4 >= kStreamingOutputBytes;
     if (op.dtype == DType::kInt32) {
-      Int32FromBigEndian(p.payload, n, reinterpret_cast<int32_t*>(op.out) + begin);
+      int32_t* out = reinterpret_cast<int32_t*>(op.out) + begin;
+      stream ? Int32FromBigEndianStreaming(p.payload, n, out) : Int32FromBigEndian(p.payload, n, out);
     } else if (slot.scale == kNonFiniteExponent) {
       std::fill_n(reinterpret_cast<float*>(op.out) + begin, n,
                   std::numeric_limits<float>::quiet_NaN());
@@ -353,15 +357,10 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
         op.non_finite_chunk = int64_t(chunk);
       }
     } else {
-      // A large output goes past the caches (it would only evict what the
-      // next packets need); a small one stays for the caller to read.
       const BlockScale scale = MakeBlockScale(slot.scale, config_.world_size);
       float* out = reinterpret_cast<float*>(op.out) + begin;
-      if (op.count * sizeof(float) >= kStreamingOutputBytes) {
-        DequantizeFromBigEndianStreaming(p.payload, n, scale, out);
-      } else {
-        DequantizeFromBigEndian(p.payload, n, scale, out);
-      }
+      stream ? DequantizeFromBigEndianStreaming(p.payload, n, scale, out)
+             : DequantizeFromBigEndian(p.payload, n, scale, out);
     }
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
