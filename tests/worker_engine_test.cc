@@ -35,6 +35,17 @@ WorkerEngineConfig Config(uint16_t world, uint16_t rank, uint16_t slots) {
   return c;
 }
 
+// A data plane of `slots` slots, all of them job 3's (`world` ranks, k = 32),
+// the job Config() describes.
+std::unique_ptr<DataPlane> SwitchWithJob(uint16_t world, uint16_t slots) {
+  DataPlaneConfig dc;
+  dc.pool_slots = slots;
+  dc.max_elements_per_packet = 32;
+  auto dp = std::make_unique<DataPlane>(dc);
+  EXPECT_TRUE(dp->RegisterJob({JobId(3), world, 32, 0, slots}).ok());
+  return dp;
+}
+
 TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   WorkerEngineConfig c = Config(2, 2, 4);
   EXPECT_NE(c.Validate().message().find("rank=2"), std::string::npos);
@@ -105,11 +116,8 @@ TEST(WorkerEngine, LostFirstPacketIsRetransmittedUnchanged) {
 // again from the input, byte for byte, even in place (the input's later
 // chunks are already results by then).
 TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
-  DataPlaneConfig dc;
-  dc.pool_slots = 2;
-  dc.max_elements_per_packet = 32;
-  DataPlane dp(dc);
-  ASSERT_TRUE(dp.RegisterJob({JobId(3), 1, 32, 0, 2}).ok());
+  auto sw = SwitchWithJob(1, 2);
+  DataPlane& dp = *sw;
   WorkerEngine e(Config(1, 0, 2));
   RecordingSink sink;
   std::vector<float> x(100);
@@ -148,11 +156,8 @@ TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
 
 // Drives one engine against a real data plane with a second, scripted rank.
 TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
-  DataPlaneConfig dc;
-  dc.pool_slots = 4;
-  dc.max_elements_per_packet = 32;
-  DataPlane dp(dc);
-  ASSERT_TRUE(dp.RegisterJob({JobId(3), 3, 32, 0, 4}).ok());
+  auto sw = SwitchWithJob(3, 4);
+  DataPlane& dp = *sw;
   WorkerEngine e(Config(3, 0, 4));
   RecordingSink sink;
   std::vector<int32_t> x(10, 1), y(10);
