@@ -255,6 +255,9 @@ TEST(SwitchAuthentication, KeyedJobsWorkEndToEnd) {
   ForEachRank(3, [&](size_t r) {
     ASSERT_NE(contexts[r], nullptr);
     EXPECT_TRUE(contexts[r]->AllReduce(v[r].data(), v[r].data(), v[r].size(), DType::kInt32).ok());
+    // Signed once by the switch, verified by every rank on its group.
+    EXPECT_GT(contexts[r]->counters().multicast_received, 0u);
+    EXPECT_EQ(contexts[r]->counters().invalid, 0u);
   });
   for (auto& x : v) EXPECT_EQ(x, std::vector<int32_t>(100001, 15));
   EXPECT_EQ(Metric(sw->PrometheusText(), "switchml_drops_total{reason=\"bad_mac\"}"), -1);
