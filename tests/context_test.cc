@@ -206,6 +206,32 @@ TEST(ContextResultMulticast, OneRankThatRefusesMakesTheJobUnicast) {
   EXPECT_EQ(JobMetric(*sw, "switchml_job_result_multicast", "mixed"), "0");
 }
 
+// A switch listening on every address (the default) holds its data port for
+// all of them; the groups' port is another one, so workers can bind it.
+TEST(ContextResultMulticast, WorksWithASwitchOnTheWildcardAddress) {
+  SwitchConfig config;
+  config.bind_address = "0.0.0.0";
+  config.control_port = 0;
+  config.data_port = 0;
+  config.data_threads = 2;
+  auto sw = SwitchServer::Start(config);
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  ASSERT_EQ(sw.value()->result_ports().size(), 2u);
+  auto contexts = StartAll(Configs(*sw.value(), "wild", 2, /*threads=*/2));
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  ForEachRank(2, [&](size_t r) {
+    std::vector<int32_t> v(3000, int32_t(r) + 1);
+    EXPECT_TRUE(contexts[r]->AllReduce(v.data(), v.data(), v.size(), DType::kInt32).ok());
+    EXPECT_EQ(v, std::vector<int32_t>(3000, 3));
+    ExpectResultsByMulticast(contexts[r]->counters(), true);
+    EXPECT_EQ(contexts[r]->counters().invalid, 0u);
+  });
+  // The switch's own socket, on 0.0.0.0, takes in none of its multicasts.
+  EXPECT_EQ(sw.value()->PrometheusText().find("switchml_decode_errors_total"), std::string::npos);
+  EXPECT_EQ(sw.value()->PrometheusText().find("switchml_drops_total"), std::string::npos)
+      << sw.value()->PrometheusText();
+}
+
 TEST(ContextResultMulticast, ASwitchWithoutItSendsUnicast) {
   SwitchConfig config;
   config.bind_address = "127.0.0.1";
@@ -214,6 +240,7 @@ TEST(ContextResultMulticast, ASwitchWithoutItSendsUnicast) {
   config.result_multicast = false;
   auto sw = SwitchServer::Start(config);
   ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  EXPECT_TRUE(sw.value()->result_ports().empty());
   auto contexts = StartAll(Configs(*sw.value(), "plain", 2));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
   ForEachRank(2, [&](size_t r) {
@@ -230,6 +257,7 @@ TEST(SwitchSecurity, ForgedResultsOnTheGroupsAreNotReceived) {
   const uint16_t max_jobs = 16;
   auto sw = StartSwitch(1024, max_jobs);
   ASSERT_NE(sw, nullptr);
+  ASSERT_EQ(sw->result_ports().size(), 1u);
   auto contexts = StartAll(Configs(*sw, "job", 2));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
   auto stranger = net::UdpSocket::Bind(sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
@@ -238,7 +266,7 @@ TEST(SwitchSecurity, ForgedResultsOnTheGroupsAreNotReceived) {
   // Well-formed results of any early job id, to every group the job could have.
   std::vector<uint8_t> packet(PacketBytes(256));
   for (uint32_t entry = 0; entry < max_jobs; ++entry) {
-    const sockaddr_in group = ResultGroup(entry, 0, sw->data_port());
+    const sockaddr_in group = ResultGroup(entry, 0, sw->result_ports()[0]);
     for (uint32_t job = 0; job < 4 * max_jobs; ++job) {
       PacketHeader h;
       h.type = MessageType::kResult;

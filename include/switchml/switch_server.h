@@ -71,6 +71,9 @@ class SwitchServer {
   uint16_t control_port() const;
   uint16_t data_port() const;  // the first shard's
   std::vector<uint16_t> data_ports() const;
+  // The ports of the host-local result groups, one per shard (empty: results
+  // go by unicast only).
+  std::vector<uint16_t> result_ports() const;
   // The counters a `switchml-ctl stats` prints, in Prometheus text format.
   std::string PrometheusText();
 

@@ -70,11 +70,11 @@ bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
 }  // namespace
 
 ControlService::ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                               ExternalDataPlane* external, bool result_multicast)
+                               ExternalDataPlane* external, std::vector<uint16_t> result_ports)
     : shards_(std::move(shards)),
       data_ports_(std::move(data_ports)),
       external_(external),
-      result_multicast_(result_multicast && external == nullptr),
+      result_ports_(external == nullptr ? std::move(result_ports) : std::vector<uint16_t>{}),
       token_source_(std::random_device{}()) {}
 
 void ControlService::ForEachShard(const std::function<void(DataThread&)>& fn) {
@@ -160,10 +160,10 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       auth.emplace(secret, job->auth_salt, assignment->id.value(), net::kSwitchSenderId);
       sodium_memzero(secret.data(), secret.size());
     }
-    if (result_multicast_ && !job->unicast_only && job->threads <= kMaxResultGroupThreads) {
+    if (!result_ports_.empty() && !job->unicast_only && job->threads <= kMaxResultGroupThreads) {
       const uint32_t entry = assignment->id.value() % shards_[0]->data_plane().config().max_jobs;
       for (uint16_t t = 0; t < job->threads; ++t) {
-        job->result_groups.push_back(ResultGroup(entry, t, data_ports_[t % data_ports_.size()]));
+        job->result_groups.push_back(ResultGroup(entry, t, result_ports_[t % result_ports_.size()]));
       }
     }
     ForEachShard([&](DataThread& shard) {

@@ -25,10 +25,11 @@ class ControlService final : public control::v1::Control::Service {
   // and segments everywhere), and serves the worker threads t with
   // t % shards == s. With `external`, jobs are installed there (a P4
   // switch) and workers send their data to it; the shards still allocate
-  // pools and job ids. With `result_multicast`, jobs whose ranks all sit on
-  // loopback and accept it get their results by host-local multicast.
+  // pools and job ids. With `result_ports` (one per shard, empty: none),
+  // jobs whose ranks all sit on loopback and accept it get their results by
+  // host-local multicast, to groups on those ports.
   ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                 ExternalDataPlane* external = nullptr, bool result_multicast = false);
+                 ExternalDataPlane* external = nullptr, std::vector<uint16_t> result_ports = {});
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -76,7 +77,7 @@ class ControlService final : public control::v1::Control::Service {
   std::vector<DataThread*> shards_;
   std::vector<uint16_t> data_ports_;
   ExternalDataPlane* external_;
-  bool result_multicast_;
+  std::vector<uint16_t> result_ports_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_

@@ -1,5 +1,8 @@
 // Where the software switch multicasts a job's results (host-local): one
-// group per (job-table entry, worker thread), on that thread's data port.
+// group per (job-table entry, worker thread), on the result port of the
+// shard that serves the thread. The switch holds that port bound on
+// 127.0.0.1, so switches on one host never share it, and it is not the data
+// port, which a switch listening on 0.0.0.0 holds for every address.
 #pragma once
 
 #include <netinet/in.h>
@@ -13,8 +16,7 @@ constexpr uint32_t kMaxResultGroupThreads = 64;
 
 // 239/8 is administratively scoped, and the switch sends with TTL 0, so
 // the datagrams never leave the host. Distinct for every (entry < 65536,
-// thread < kMaxResultGroupThreads) of one switch; switches on one host
-// differ in their data ports.
+// thread < kMaxResultGroupThreads) of one switch.
 inline sockaddr_in ResultGroup(uint32_t entry, uint32_t thread, uint16_t port) {
   sockaddr_in group{};
   group.sin_family = AF_INET;

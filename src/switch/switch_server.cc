@@ -30,6 +30,11 @@ struct SwitchServer::Impl {
   std::unique_ptr<grpc::Server> server;
   uint16_t control_port = 0;
   std::vector<uint16_t> data_ports;
+  // With result multicast: per shard, a socket on 127.0.0.1 that holds the
+  // port of the shard's result groups (nothing is ever sent to it), so no
+  // other switch on this host picks the same port.
+  std::vector<net::UdpSocket> result_port_holders;
+  std::vector<uint16_t> result_ports;
   std::once_flag stop_once;
 };
 
@@ -78,8 +83,18 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     if (config.result_multicast && !impl->external) {
       // Without a working loopback (a network namespace whose lo is down)
       // no worker can be on loopback either: results go by unicast.
-      if (Status s = socket.value().SetHostLocalMulticast(); !s.ok()) {
-        spdlog::warn("results go by unicast only: {}", s.message());
+      Status s = socket.value().SetHostLocalMulticast();
+      // The groups' port is not the data port: workers bind it, which a
+      // data socket on 0.0.0.0 would forbid.
+      sockaddr_in loopback{};
+      loopback.sin_family = AF_INET;
+      loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      auto holder = s.ok() ? net::UdpSocket::Bind(loopback, 4096) : StatusOr<net::UdpSocket>(s);
+      if (holder.ok()) {
+        impl->result_ports.push_back(ntohs(holder.value().LocalAddress().sin_port));
+        impl->result_port_holders.push_back(std::move(holder).value());
+      } else {
+        spdlog::warn("results go by unicast only: {}", holder.status().message());
         config.result_multicast = false;
       }
     }
@@ -89,8 +104,9 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     shards.push_back(impl->shards.back().get());
   }
   impl->config.result_multicast = config.result_multicast;
+  if (!config.result_multicast) impl->result_ports.clear();
   impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get(),
-                                                   config.result_multicast);
+                                                   impl->result_ports);
 
   grpc::ServerBuilder builder;
   int selected = 0;
@@ -147,6 +163,8 @@ uint16_t SwitchServer::data_port() const {
   return impl_->external ? impl_->external->data_port() : impl_->data_ports[0];
 }
 std::vector<uint16_t> SwitchServer::data_ports() const { return impl_->data_ports; }
+
+std::vector<uint16_t> SwitchServer::result_ports() const { return impl_->result_ports; }
 
 std::string SwitchServer::PrometheusText() {
   return FormatPrometheus(impl_->service->CollectStats());
