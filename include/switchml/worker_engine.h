@@ -154,8 +154,11 @@ class WorkerEngine {
   void StartNextOp(Nanos now, PacketSink& sink);
   void SendInOrder(Nanos now, PacketSink& sink);
   void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
-  // Writes slot `index`'s packet for its current round into `buf`
-  // (packet_bytes_): the same bytes every time until the slot moves on.
+  // Writes slot `index`'s packet for its current round into a buffer of
+  // `sink` and sends it (first transmission or retransmission alike).
+  void EmitPacket(const Slot& slot, uint16_t index, PacketSink& sink);
+  // Writes that packet into `buf` (packet_bytes_): the same bytes every time
+  // until the slot moves on.
   void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);

@@ -54,6 +54,21 @@ Status SwitchConfig::Validate() const {
   return data_plane.Validate();
 }
 
+namespace {
+
+// Sets `data` up to send host-local multicast and reserves the port of its
+// result groups: a socket bound to it on 127.0.0.1. Not the data port:
+// workers bind the groups' port, which a data socket on 0.0.0.0 forbids.
+StatusOr<net::UdpSocket> ReserveResultPort(net::UdpSocket& data) {
+  if (Status s = data.SetHostLocalMulticast(); !s.ok()) return s;
+  sockaddr_in loopback{};
+  loopback.sin_family = AF_INET;
+  loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return net::UdpSocket::Bind(loopback, 4096);
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& requested) {
   SwitchConfig config = requested;
   std::unique_ptr<ExternalDataPlane> external;
@@ -81,21 +96,17 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
     if (!socket.ok()) return socket.status();
     if (config.result_multicast && !impl->external) {
-      // Without a working loopback (a network namespace whose lo is down)
-      // no worker can be on loopback either: results go by unicast.
-      Status s = socket.value().SetHostLocalMulticast();
-      // The groups' port is not the data port: workers bind it, which a
-      // data socket on 0.0.0.0 would forbid.
-      sockaddr_in loopback{};
-      loopback.sin_family = AF_INET;
-      loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      auto holder = s.ok() ? net::UdpSocket::Bind(loopback, 4096) : StatusOr<net::UdpSocket>(s);
+      auto holder = ReserveResultPort(socket.value());
       if (holder.ok()) {
         impl->result_ports.push_back(ntohs(holder.value().LocalAddress().sin_port));
         impl->result_port_holders.push_back(std::move(holder).value());
       } else {
+        // Without a working loopback (a network namespace whose lo is down)
+        // no worker can be on loopback either: results go by unicast.
         spdlog::warn("results go by unicast only: {}", holder.status().message());
         config.result_multicast = false;
+        impl->result_ports.clear();
+        impl->result_port_holders.clear();
       }
     }
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
@@ -104,7 +115,6 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     shards.push_back(impl->shards.back().get());
   }
   impl->config.result_multicast = config.result_multicast;
-  if (!config.result_multicast) impl->result_ports.clear();
   impl->service = std::make_unique<ControlService>(shards, impl->data_ports, impl->external.get(),
                                                    impl->result_ports);
 

@@ -204,16 +204,20 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 }
 
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
-  WritePacket(slot, index, buf.data());
-  sink.Send(buf.first(packet_bytes_));
-  ++counters_.packets_sent;
+  EmitPacket(slot, index, sink);
   slot.outstanding = true;
   slot.attempts = 0;
   slot.sent_at = now;
   slot.delivered_at_send = counters_.results_accepted;
   slot.deadline = now + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
+}
+
+void WorkerEngine::EmitPacket(const Slot& slot, uint16_t index, PacketSink& sink) {
+  const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
+  WritePacket(slot, index, buf.data());
+  sink.Send(buf.first(packet_bytes_));
+  ++counters_.packets_sent;
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -482,10 +486,7 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     ++outstanding;
     if (now >= slot.deadline) {
       // Resend the packet unchanged: same slot, version and values.
-      const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
-      WritePacket(slot, i, buf.data());
-      sink.Send(buf.first(packet_bytes_));
-      ++counters_.packets_sent;
+      EmitPacket(slot, i, sink);
       ++counters_.retransmissions;
       ++unanswered_;
       ++expired;
