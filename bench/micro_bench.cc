@@ -24,9 +24,11 @@ std::vector<float> Floats(size_t n) {
   return x;
 }
 
+// 0: scalar, 1: AVX2, 2: AVX-512; null where the CPU lacks the set.
 const kernels::QuantizeKernels* Kernels(int which) {
-  return which == 0 ? &kernels::kScalar : kernels::Avx2();
+  return which == 0 ? &kernels::kScalar : which == 1 ? kernels::Avx2() : kernels::Avx512();
 }
+constexpr const char* kMissingSet = "this CPU lacks this instruction set";
 
 void BM_Memcpy(benchmark::State& state) {
   const size_t n = size_t(state.range(0));
@@ -40,7 +42,7 @@ void BM_Memcpy(benchmark::State& state) {
 
 void BM_Quantize(benchmark::State& state) {
   const kernels::QuantizeKernels* k = Kernels(int(state.range(1)));
-  if (k == nullptr) return state.SkipWithError("no AVX2 on this CPU");
+  if (k == nullptr) return state.SkipWithError(kMissingSet);
   state.SetLabel(k->name);
   const size_t n = size_t(state.range(0));
   std::vector<float> x = Floats(n);
@@ -55,7 +57,7 @@ void BM_Quantize(benchmark::State& state) {
 
 void BM_Dequantize(benchmark::State& state) {
   const kernels::QuantizeKernels* k = Kernels(int(state.range(1)));
-  if (k == nullptr) return state.SkipWithError("no AVX2 on this CPU");
+  if (k == nullptr) return state.SkipWithError(kMissingSet);
   state.SetLabel(k->name);
   const size_t n = size_t(state.range(0));
   std::vector<uint8_t> in(4 * n, 0x12);
@@ -89,7 +91,7 @@ void BM_DequantizeIntoLargeOutput(benchmark::State& state) {
 
 void BM_BlockExponent(benchmark::State& state) {
   const kernels::QuantizeKernels* k = Kernels(int(state.range(1)));
-  if (k == nullptr) return state.SkipWithError("no AVX2 on this CPU");
+  if (k == nullptr) return state.SkipWithError(kMissingSet);
   state.SetLabel(k->name);
   const size_t n = size_t(state.range(0));
   std::vector<float> x = Floats(n);
@@ -141,10 +143,10 @@ void BM_DecodePacket(benchmark::State& state) {
 }
 
 BENCHMARK(BM_Memcpy)->Arg(1024)->Arg(8192)->Arg(1 << 20);
-BENCHMARK(BM_Quantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1}});
-BENCHMARK(BM_Dequantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1}});
+BENCHMARK(BM_Quantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1, 2}});
+BENCHMARK(BM_Dequantize)->ArgsProduct({{1024, 8192, 1 << 20}, {0, 1, 2}});
 BENCHMARK(BM_DequantizeIntoLargeOutput)->Arg(0)->Arg(1)->Arg(0)->Arg(1);
-BENCHMARK(BM_BlockExponent)->ArgsProduct({{1024, 8192}, {0, 1}});
+BENCHMARK(BM_BlockExponent)->ArgsProduct({{1024, 8192}, {0, 1, 2}});
 BENCHMARK(BM_DataPlaneContribution)->Arg(64)->Arg(256)->Arg(1024)->Arg(8192);
 BENCHMARK(BM_DecodePacket);
 

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels_avx512_emulated.h"
 #include "quantize/kernels.h"
 #include "switchml/wire_format.h"
 
@@ -132,14 +133,22 @@ TEST(Quantize, Int32PassesThroughInNetworkOrder) {
 namespace switchml {
 namespace {
 
+// The SIMD kernel sets this CPU runs, and the AVX-512 bodies on emulated
+// intrinsics (so they are checked even where the CPU lacks AVX-512).
+std::vector<const kernels::QuantizeKernels*> SimdSets() {
+  std::vector<const kernels::QuantizeKernels*> sets = {&kernels::kAvx512Emulated};
+  if (kernels::Avx2() != nullptr) sets.push_back(kernels::Avx2());
+  if (kernels::Avx512() != nullptr) sets.push_back(kernels::Avx512());
+  return sets;
+}
+
 // Every SIMD kernel set must agree with the scalar reference bit for bit, on
 // every length (tails included), scale and special value.
-TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
-  const kernels::QuantizeKernels* simd = kernels::Avx2();
-  if (simd == nullptr) GTEST_SKIP() << "this CPU has no AVX2";
+void ExpectBitwiseIdenticalToScalar(const kernels::QuantizeKernels* simd) {
+  SCOPED_TRACE(simd->name);
   std::mt19937 rng(11);
   std::normal_distribution<float> normal;
-  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 64, 255, 1024, 1027}) {
+  for (size_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 255, 1024, 1027}) {
     for (int scale : {-140, -30, 0, 20, 100}) {
       std::vector<float> x(n);
       for (float& v : x) v = normal(rng) * std::ldexp(1.0f, scale);
@@ -162,9 +171,9 @@ TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
         kernels::kScalar.dequantize(a.data(), n, s, fb.data());
         ASSERT_EQ(0, n ? std::memcmp(fa.data(), fb.data(), 4 * n) : 0) << "dequantize n=" << n;
         // Non-temporal stores: the same bits at every alignment of the output
-        // (a scalar head up to 16 bytes), and nothing written around it.
-        for (size_t offset = 0; offset < 4; ++offset) {
-          std::vector<float> fs(n + 5, 7.0f);
+        // (a scalar head up to 32 bytes), and nothing written around it.
+        for (size_t offset = 0; offset < 8; ++offset) {
+          std::vector<float> fs(n + 9, 7.0f);
           simd->dequantize_stream(a.data(), n, s, fs.data() + offset);
           ASSERT_EQ(0, n ? std::memcmp(fs.data() + offset, fb.data(), 4 * n) : 0)
               << "dequantize_stream n=" << n << " offset=" << offset;
@@ -195,13 +204,17 @@ TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
   }
 }
 
+TEST(QuantizeKernels, SimdIsBitwiseIdenticalToScalar) {
+  for (const kernels::QuantizeKernels* simd : SimdSets()) ExpectBitwiseIdenticalToScalar(simd);
+}
+
 // The scalar word kernels against their definition, and SIMD against scalar,
 // on every length (tails included) and on wrapping sums.
 TEST(QuantizeKernels, WordSwapAndBigEndianAddMatchTheirDefinition) {
   std::mt19937 rng(13);
-  std::vector<const kernels::QuantizeKernels*> sets = {&kernels::kScalar};
-  if (kernels::Avx2() != nullptr) sets.push_back(kernels::Avx2());
-  for (size_t n : {0, 1, 15, 16, 17, 31, 32, 33, 64, 255, 8192}) {
+  std::vector<const kernels::QuantizeKernels*> sets = SimdSets();
+  sets.push_back(&kernels::kScalar);
+  for (size_t n : {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 255, 8192}) {
     std::vector<uint8_t> src(4 * n);
     for (auto& byte : src) byte = uint8_t(rng());
     std::vector<uint32_t> acc0(n);
@@ -221,9 +234,9 @@ TEST(QuantizeKernels, WordSwapAndBigEndianAddMatchTheirDefinition) {
         ASSERT_EQ(acc[i], uint32_t(acc0[i] + be)) << set->name << " add_be32 n=" << n << " i=" << i;
       }
       // Non-temporal stores: the same words at every 4-byte alignment of the
-      // output (a scalar head up to 32 bytes), and nothing written around it.
-      for (size_t offset = 0; offset < 8; ++offset) {
-        std::vector<uint8_t> streamed(4 * (n + 9), 0xA5);
+      // output (a scalar head up to 64 bytes), and nothing written around it.
+      for (size_t offset = 0; offset < 16; ++offset) {
+        std::vector<uint8_t> streamed(4 * (n + 17), 0xA5);
         set->swap32_stream(src.data(), n, streamed.data() + 4 * offset);
         ASSERT_TRUE(std::equal(swapped.begin(), swapped.end(), streamed.begin() + 4 * offset))
             << set->name << " swap32_stream n=" << n << " offset=" << offset;
@@ -238,7 +251,9 @@ TEST(QuantizeKernels, WordSwapAndBigEndianAddMatchTheirDefinition) {
 }
 
 TEST(QuantizeKernels, TheBestAvailableSetIsInUse) {
-  EXPECT_STREQ(kernels::Best().name, kernels::Avx2() ? "avx2" : "scalar");
+  EXPECT_STREQ(kernels::Best().name, kernels::Avx512() ? "avx512"
+                                     : kernels::Avx2() ? "avx2"
+                                                       : "scalar");
 }
 
 }  // namespace

@@ -55,8 +55,20 @@ const QuantizeKernels* Avx2() { return __builtin_cpu_supports("avx2") ? &kAvx2 :
 const QuantizeKernels* Avx2() { return nullptr; }
 #endif
 
+#if SWITCHML_HAVE_AVX512
+// __builtin_cpu_supports also checks that the OS saves the AVX-512 registers.
+const QuantizeKernels* Avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? &kAvx512
+                                                                                : nullptr;
+}
+#else
+const QuantizeKernels* Avx512() { return nullptr; }
+#endif
+
 const QuantizeKernels& Best() {
-  static const QuantizeKernels& best = Avx2() != nullptr ? *Avx2() : kScalar;
+  static const QuantizeKernels& best = Avx512() != nullptr ? *Avx512()
+                                       : Avx2() != nullptr ? *Avx2()
+                                                           : kScalar;
   return best;
 }
 

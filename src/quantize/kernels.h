@@ -51,10 +51,13 @@ static inline int16_t ExponentOfMaxAbsBits(uint32_t max_bits) {
 }
 
 extern const QuantizeKernels kScalar;
-extern const QuantizeKernels kAvx2;  // defined only where SWITCHML_HAVE_AVX2
+extern const QuantizeKernels kAvx2;    // defined only where SWITCHML_HAVE_AVX2
+extern const QuantizeKernels kAvx512;  // defined only where SWITCHML_HAVE_AVX512
 // Null when the build or the CPU lacks AVX2.
 const QuantizeKernels* Avx2();
-// The set in use: AVX2 where available, else scalar.
+// Null when the build or the CPU (or the OS's saved state) lacks AVX-512F/BW.
+const QuantizeKernels* Avx512();
+// The set in use: AVX-512 where available, else AVX2, else scalar.
 const QuantizeKernels& Best();
 
 }  // namespace switchml::kernels

@@ -1,0 +1,62 @@
+// The AVX-512 kernel bodies (src/quantize/kernels_avx512.inc) built on SIMDe's
+// portable implementations of the intrinsics, so that quantize_test checks
+// them bit for bit against the scalar reference on any CPU, AVX-512 or not.
+// This file is compiled without -mavx512f: SIMDe then maps the _mm512_ names
+// onto its own code.
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels_avx512_emulated.h"
+
+// SIMDe 0.7.4 lacks the 512-bit float conversions and the 512-bit streaming
+// store. Intel defines the conversions lane by lane, so two of SIMDe's
+// 256-bit ones (which round as the hardware does, by the current mode) make
+// each; a streaming store differs from a store only in caching.
+namespace emulated {
+
+inline simde__m512d CvtpsPd(simde__m256 a) {
+  double d[8];
+  simde_mm256_storeu_pd(d, simde_mm256_cvtps_pd(simde_mm256_castps256_ps128(a)));
+  simde_mm256_storeu_pd(d + 4, simde_mm256_cvtps_pd(simde_mm256_extractf128_ps(a, 1)));
+  return simde_mm512_loadu_pd(d);
+}
+inline simde__m256i CvtpdEpi32(simde__m512d a) {
+  double d[8];
+  simde_mm512_storeu_pd(d, a);
+  return simde_mm256_set_m128i(simde_mm256_cvtpd_epi32(simde_mm256_loadu_pd(d + 4)),
+                               simde_mm256_cvtpd_epi32(simde_mm256_loadu_pd(d)));
+}
+inline simde__m512d Cvtepi32Pd(simde__m256i a) {
+  double d[8];
+  simde_mm256_storeu_pd(d, simde_mm256_cvtepi32_pd(simde_mm256_castsi256_si128(a)));
+  simde_mm256_storeu_pd(d + 4, simde_mm256_cvtepi32_pd(simde_mm256_extracti128_si256(a, 1)));
+  return simde_mm512_loadu_pd(d);
+}
+inline simde__m256 CvtpdPs(simde__m512d a) {
+  double d[8];
+  simde_mm512_storeu_pd(d, a);
+  return simde_mm256_set_m128(simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d + 4)),
+                              simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d)));
+}
+inline void StreamSi512(simde__m512i* p, simde__m512i v) { simde_mm512_storeu_si512(p, v); }
+
+}  // namespace emulated
+
+#define _mm512_cvtps_pd emulated::CvtpsPd
+#define _mm512_cvtpd_epi32 emulated::CvtpdEpi32
+#define _mm512_cvtepi32_pd emulated::Cvtepi32Pd
+#define _mm512_cvtpd_ps emulated::CvtpdPs
+#define _mm512_stream_si512 emulated::StreamSi512
+
+namespace switchml::kernels {
+namespace {
+#include "quantize/kernels_avx512.inc"
+}  // namespace
+
+const QuantizeKernels kAvx512Emulated = Avx512KernelSet("avx512 (emulated)");
+
+}  // namespace switchml::kernels
