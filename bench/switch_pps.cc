@@ -8,6 +8,12 @@
 // sends the slot's next chunk. The servers' work is measured in CPU time of
 // the server thread, so the figure is "packets per core-second" even where
 // the generator, not the server, sets the pace. Prints one JSON object.
+//
+// --shards N runs N servers of each kind at once, as the sharded switch
+// (--data-threads N) does: each with its own socket and pool and its own
+// generator thread; the figures are summed over the shards. Packets per
+// core-second that hold from 1 to N shards mean nothing is shared; packets
+// per wall second grow with N only where 2N cores are free.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "net/udp_socket.h"
@@ -139,8 +146,9 @@ uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& serve
 }
 
 struct Result {
-  double pps_per_core = 0;
-  double cpu_load = 0;  // server CPU seconds per second
+  double pps_per_core = 0;  // answers per second of the servers' CPU time, all shards
+  double cpu_load = 0;      // servers' CPU seconds per second
+  double pps = 0;           // answers per second of wall time, all shards
 };
 
 std::vector<net::UdpSocket> WorkerSockets(int n) {
@@ -149,49 +157,89 @@ std::vector<net::UdpSocket> WorkerSockets(int n) {
   return sockets;
 }
 
-Result RunEcho(int n, uint16_t slots, uint16_t k, double seconds) {
-  EchoServer echo(PacketBytes(k));
-  echo.Start();
-  auto workers = WorkerSockets(n);
-  const double cpu0 = echo.cpu_seconds();
+// One generator thread per server (shard), each with its own worker sockets,
+// all at once; the servers' CPU time from `cpu_seconds`.
+template <typename CpuSeconds>
+Result Drive(const std::vector<sockaddr_in>& servers, const std::vector<uint32_t>& jobs,
+             std::vector<std::vector<net::UdpSocket>>& workers, uint16_t slots, uint16_t k,
+             double seconds, CpuSeconds cpu_seconds) {
+  std::vector<uint64_t> answers(servers.size());
+  const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
-  const uint64_t answers = Generate(workers, echo.address(), 1, slots, k, seconds);
+  std::vector<std::thread> generators;
+  for (size_t g = 0; g < servers.size(); ++g) {
+    generators.emplace_back([&, g] {
+      answers[g] = Generate(workers[g], servers[g], jobs[g], slots, k, seconds);
+    });
+  }
+  for (auto& t : generators) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu = echo.cpu_seconds() - cpu0;
-  echo.Stop();
-  return {double(answers) / cpu, cpu / wall};
+  const double cpu = cpu_seconds() - cpu0;
+  uint64_t total = 0;
+  for (uint64_t a : answers) total += a;
+  return {double(total) / cpu, cpu / wall, double(total) / wall};
 }
 
-Result RunSwitch(int n, uint16_t slots, uint16_t k, double seconds) {
+Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
+  std::vector<std::unique_ptr<EchoServer>> echo;
+  std::vector<sockaddr_in> servers;
+  std::vector<std::vector<net::UdpSocket>> workers;
+  for (int i = 0; i < shards; ++i) {
+    echo.push_back(std::make_unique<EchoServer>(PacketBytes(k)));
+    echo.back()->Start();
+    servers.push_back(echo.back()->address());
+    workers.push_back(WorkerSockets(n));
+  }
+  const Result r = Drive(servers, std::vector<uint32_t>(size_t(shards), 1), workers, slots, k,
+                         seconds, [&] {
+                           double cpu = 0;
+                           for (auto& e : echo) cpu += e->cpu_seconds();
+                           return cpu;
+                         });
+  for (auto& e : echo) e->Stop();
+  return r;
+}
+
+// `shards` data threads as the sharded switch runs them: each its own socket
+// and pool, nothing shared.
+Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
   DataPlaneConfig config;
   config.pool_slots = slots;
   config.max_elements_per_packet = k;
   config.max_workers = uint16_t(n);
-  auto socket = net::UdpSocket::Bind(Loopback(), 8 << 20).value();
-  const sockaddr_in address = socket.LocalAddress();
-  DataThread data(config, std::move(socket));
-  auto workers = WorkerSockets(n);
-  JobId id;
-  data.Start();
-  data.Execute([&] {
-    for (int r = 0; r < n; ++r) {
-      (void)data.registry().Join(JobRequest{"pps", uint16_t(r), uint16_t(n), k, slots});
-    }
-    id = data.registry().Assignment("pps")->id;
-    std::vector<sockaddr_in> book;
-    for (auto& w : workers) book.push_back(w.LocalAddress());
-    data.InstallAddresses(id, uint16_t(n), slots, 1, book, std::nullopt);
-  });
-  clockid_t clock{};
-  data.Execute([&] { pthread_getcpuclockid(pthread_self(), &clock); });
-  const double cpu0 = ThreadCpuSeconds(clock);
-  const auto t0 = Clock::now();
+  std::vector<std::unique_ptr<DataThread>> data;
+  std::vector<sockaddr_in> servers;
+  std::vector<uint32_t> jobs;
+  std::vector<clockid_t> clocks(static_cast<size_t>(shards));
+  std::vector<std::vector<net::UdpSocket>> workers;
+  for (int i = 0; i < shards; ++i) {
+    auto socket = net::UdpSocket::Bind(Loopback(), 8 << 20).value();
+    servers.push_back(socket.LocalAddress());
+    data.push_back(std::make_unique<DataThread>(config, std::move(socket)));
+    workers.push_back(WorkerSockets(n));
+    DataThread& shard = *data.back();
+    shard.Start();
+    JobId id;
+    shard.Execute([&] {
+      for (int r = 0; r < n; ++r) {
+        (void)shard.registry().Join(JobRequest{"pps", uint16_t(r), uint16_t(n), k, slots});
+      }
+      id = shard.registry().Assignment("pps")->id;
+      std::vector<sockaddr_in> book;
+      for (auto& w : workers.back()) book.push_back(w.LocalAddress());
+      shard.InstallAddresses(id, uint16_t(n), slots, 1, book, std::nullopt);
+      pthread_getcpuclockid(pthread_self(), &clocks[size_t(i)]);
+    });
+    jobs.push_back(id.value());
+  }
   // Each result answers one contribution: one packet in, one out, as echo.
-  const uint64_t answers = Generate(workers, address, id.value(), slots, k, seconds);
-  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  const double cpu = ThreadCpuSeconds(clock) - cpu0;
-  data.Stop();
-  return {double(answers) / cpu, cpu / wall};
+  const Result r = Drive(servers, jobs, workers, slots, k, seconds, [&] {
+    double cpu = 0;
+    for (clockid_t c : clocks) cpu += ThreadCpuSeconds(c);
+    return cpu;
+  });
+  for (auto& d : data) d->Stop();
+  return r;
 }
 
 double Median(std::vector<double> v) {
@@ -203,7 +251,7 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-switch-pps: the switch's packets per core-second against a UDP echo server"};
-  int workers = 2, rounds = 3;
+  int workers = 2, rounds = 3, shards = 1;
   uint16_t slots = 64, k = 256;
   double seconds = 2;
   app.add_option("--workers", workers, "workers the generator plays")->check(CLI::Range(1, 64));
@@ -211,27 +259,38 @@ int main(int argc, char** argv) {
   app.add_option("--elements-per-packet", k, "int32 values per packet")->check(CLI::Range(1, 8192));
   app.add_option("--seconds", seconds, "length of each measurement");
   app.add_option("--rounds", rounds, "alternating measurements of each server")->check(CLI::Range(1, 100));
+  app.add_option("--shards", shards,
+                 "server threads, each with its own socket, pool and generator thread")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
-  std::vector<double> sw, echo, sw_load, echo_load;
+  std::vector<double> sw, echo, sw_load, echo_load, sw_pps, echo_pps;
   for (int r = 0; r < rounds; ++r) {
-    const Result e = RunEcho(workers, slots, k, seconds);
-    const Result s = RunSwitch(workers, slots, k, seconds);
+    const Result e = RunEcho(workers, shards, slots, k, seconds);
+    const Result s = RunSwitch(workers, shards, slots, k, seconds);
     echo.push_back(e.pps_per_core);
     echo_load.push_back(e.cpu_load);
+    echo_pps.push_back(e.pps);
     sw.push_back(s.pps_per_core);
     sw_load.push_back(s.cpu_load);
-    std::fprintf(stderr, "round %d/%d: switch %.0f pkt/core-s (load %.2f), echo %.0f (load %.2f)\n",
-                 r + 1, rounds, s.pps_per_core, s.cpu_load, e.pps_per_core, e.cpu_load);
+    sw_pps.push_back(s.pps);
+    std::fprintf(stderr,
+                 "round %d/%d: switch %.0f pkt/core-s, %.0f pkt/s (load %.2f); "
+                 "echo %.0f pkt/core-s, %.0f pkt/s (load %.2f)\n",
+                 r + 1, rounds, s.pps_per_core, s.pps, s.cpu_load, e.pps_per_core, e.pps,
+                 e.cpu_load);
   }
   nlohmann::json j;
   j["benchmark"] = "switch_pps";
   j["workers"] = workers;
+  j["shards"] = shards;
   j["slots"] = slots;
   j["elements_per_packet"] = k;
   j["packet_bytes"] = PacketBytes(k);
   j["switch_packets_per_core_second"] = Median(sw);
   j["echo_packets_per_core_second"] = Median(echo);
+  j["switch_packets_per_second"] = Median(sw_pps);
+  j["echo_packets_per_second"] = Median(echo_pps);
   j["switch_server_cpu_load"] = Median(sw_load);
   j["echo_server_cpu_load"] = Median(echo_load);
   j["ratio_switch_to_echo"] = Median(sw) / Median(echo);
