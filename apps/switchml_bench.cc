@@ -124,7 +124,8 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
   const pid_t sw = bench::Spawn({dir + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", "0",
                                  "--data-port", "0", "--port-file", port_file, "--log-level", "warn",
                                  "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
-                                 "--max-elements-per-packet", "8192", "--pool-slots", "2048"},
+                                 "--max-elements-per-packet", "8192", "--pool-slots", "2048",
+                                 "--busy-poll-us", std::to_string(o.context.busy_poll_us)},
                                 nullptr);
   if (sw < 0) {
     std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
@@ -186,6 +187,10 @@ int main(int argc, char** argv) {
   pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
   pass(app.add_option("--result-multicast", o.context.result_multicast,
                       "accept results by host-local multicast (true/false)"));
+  pass(app.add_option("--busy-poll-us", o.context.busy_poll_us,
+                      "out of packets, poll this long (microseconds) before sleeping; with "
+                      "--local, the switch too")
+           ->check(CLI::Range(0, 100000)));
   pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
   CLI11_PARSE(app, argc, argv);
   o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;

@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
   app.add_option("--result-multicast", config.result_multicast,
                  "send each result once to a host-local multicast group when all of a job's "
                  "workers are on loopback (true/false)");
+  app.add_option("--busy-poll-us", config.busy_poll_us,
+                 "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; "
+                 "0: sleep at once")
+      ->check(CLI::Range(0, 100000));
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::string dataplane = "software";

@@ -67,6 +67,11 @@ TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
   EXPECT_FALSE(c.result_multicast);
   EXPECT_NE(c.Set("result_multicast", "no").message().find("result_multicast='no' is not true or false"),
             std::string::npos);
+  EXPECT_TRUE(c.Set("busy_poll_us", "0").ok());
+  EXPECT_EQ(c.busy_poll_us, 0u);
+  c.busy_poll_us = 100001;
+  EXPECT_NE(c.Validate().message().find("busy_poll_us=100001 is out of range 0..100000"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ struct Shape {
   size_t count;
   uint16_t shards = 1;  // the switch's data threads
   bool multicast = true;  // the workers accept results by multicast
+  uint32_t busy_poll_us = 200;  // switch and workers poll this long before sleeping
 };
 
 class ContextAllReduce : public ::testing::TestWithParam<Shape> {};
@@ -59,11 +60,14 @@ void ExpectResultsByMulticast(const ContextCounters& c, bool multicast) {
 
 TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
   const Shape shape = GetParam();
-  auto sw = StartSwitch(1024, 16, shape.shards);
+  auto sw = StartSwitch(1024, 16, shape.shards, shape.busy_poll_us);
   ASSERT_NE(sw, nullptr);
   ASSERT_EQ(sw->data_ports().size(), shape.shards);
   auto configs = Configs(*sw, "job", shape.world, shape.threads);
-  for (auto& c : configs) c.result_multicast = shape.multicast;
+  for (auto& c : configs) {
+    c.result_multicast = shape.multicast;
+    c.busy_poll_us = shape.busy_poll_us;
+  }
   auto contexts = StartAll(configs);
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
 
@@ -122,13 +126,17 @@ INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
                                            Shape{2, 2, (8 << 20) / 4 + 1001},
                                            // Results by unicast, one per rank.
                                            Shape{4, 1, 70001, 1, false},
-                                           Shape{3, 2, 50000, 2, false}),
+                                           Shape{3, 2, 50000, 2, false},
+                                           // Threads that sleep as soon as they are idle.
+                                           Shape{4, 1, 70001, 1, true, 0},
+                                           Shape{3, 2, 50000, 2, true, 0}),
                          [](const auto& info) {
                            return "n" + std::to_string(info.param.world) + "_t" +
                                   std::to_string(info.param.threads) + "_len" +
                                   std::to_string(info.param.count) + "_s" +
                                   std::to_string(info.param.shards) +
-                                  (info.param.multicast ? "" : "_unicast");
+                                  (info.param.multicast ? "" : "_unicast") +
+                                  (info.param.busy_poll_us ? "" : "_no_busy_poll");
                          });
 
 // elements_per_packet 0: loopback's 64 KiB MTU carries 8192, the switch

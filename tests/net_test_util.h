@@ -14,9 +14,11 @@ namespace switchml::testing {
 // A switch on 127.0.0.1 with kernel-chosen ports, so tests run in parallel.
 inline std::unique_ptr<SwitchServer> StartSwitch(uint32_t pool_slots = 1024,
                                                  uint16_t max_jobs = 16,
-                                                 uint16_t data_threads = 1) {
+                                                 uint16_t data_threads = 1,
+                                                 uint32_t busy_poll_us = SwitchConfig{}.busy_poll_us) {
   SwitchConfig config;
   config.data_threads = data_threads;
+  config.busy_poll_us = busy_poll_us;
   config.bind_address = "127.0.0.1";
   config.control_port = 0;
   config.data_port = 0;

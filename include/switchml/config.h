@@ -35,6 +35,12 @@ struct ContextConfig {
   // the switch's host, the switch then sends each result once for all of
   // them instead of once per rank (fewer copies on loopback).
   bool result_multicast = true;
+  // Out of packets, each I/O thread polls its sockets this long (yielding the
+  // CPU to any other runnable thread) before it sleeps; 0: sleep at once.
+  // Waking a sleeping thread on an idle CPU can take the kernel, and more so
+  // a hypervisor, hundreds of microseconds, and a pipelined all-reduce waits
+  // for it; this trades a bounded spin per wait for that latency.
+  uint32_t busy_poll_us = 200;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -50,6 +50,9 @@ struct SwitchConfig {
   // (loopback) go out as one host-local multicast datagram instead of one
   // copy per worker (when the workers accept it; see ContextConfig).
   bool result_multicast = true;
+  // Out of packets, each data thread polls its socket this long (yielding the
+  // CPU) before it sleeps; 0: sleep at once (see ContextConfig::busy_poll_us).
+  uint32_t busy_poll_us = 200;
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;

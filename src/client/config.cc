@@ -56,6 +56,9 @@ const Field kFields[] = {
     {"result_multicast",
      "accept results by host-local multicast when every rank is on the switch's host",
      nullptr, nullptr, 0, 0, &ContextConfig::result_multicast},
+    {"busy_poll_us",
+     "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; 0: off",
+     nullptr, &ContextConfig::busy_poll_us, 0, 100000},
 };
 
 // A TOML basic string.

@@ -8,6 +8,7 @@
 #include <cassert>
 #include <chrono>
 
+#include "net/busy_poll.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -52,10 +53,12 @@ class WorkerThread::BatchSink : public PacketSink {
 
 WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
                            net::UdpSocket group,
-                           const std::optional<net::PacketAuthenticator>& auth)
+                           const std::optional<net::PacketAuthenticator>& auth,
+                           std::chrono::microseconds busy_poll)
     : engine_(engine),
       socket_(std::move(socket)),
       group_(std::move(group)),
+      busy_poll_(busy_poll),
       auth_(auth),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
@@ -150,8 +153,7 @@ void WorkerThread::Run() {
     const Nanos deadline = engine_.NextDeadline();
     const Nanos wait = deadline == Nanos::max() ? std::chrono::seconds(1)
                                                 : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
-    const timespec ts{time_t(wait.count() / 1000000000), long(wait.count() % 1000000000)};
-    ppoll(fds, 3, &ts, nullptr);
+    net::SpinThenPoll(fds, 3, busy_poll_, wait);
     if (fds[1].revents & POLLIN) {
       uint64_t value;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -23,9 +24,11 @@ class WorkerThread {
   // `socket` is bound; Start() connects it to `switch_data`. `group`, when
   // open (fd >= 0), has joined the thread's result group; Start() restricts
   // it to `switch_data` too. With `auth`, outgoing packets are signed and
-  // received ones must verify.
+  // received ones must verify. Out of packets, it polls its sockets for
+  // `busy_poll` before it sleeps (net/busy_poll.h).
   WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket, net::UdpSocket group,
-               const std::optional<net::PacketAuthenticator>& auth);
+               const std::optional<net::PacketAuthenticator>& auth,
+               std::chrono::microseconds busy_poll);
   ~WorkerThread();  // Stop()s
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -60,6 +63,7 @@ class WorkerThread {
   WorkerEngine engine_;
   net::UdpSocket socket_;
   net::UdpSocket group_;
+  std::chrono::microseconds busy_poll_;
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "net/address.h"
+#include "net/busy_poll.h"
 
 namespace switchml {
 namespace {
@@ -14,11 +15,12 @@ constexpr size_t kBatch = 64;
 }  // namespace
 
 DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard,
-                       uint16_t shards)
+                       uint16_t shards, std::chrono::microseconds busy_poll)
     : data_plane_(config),
       registry_(&data_plane_),
       shard_(shard),
       shards_(shards),
+      busy_poll_(busy_poll),
       socket_(std::move(socket)),
       // One extra byte tells a datagram that is too long from one that fits.
       recv_(kBatch, MaxPacketBytes(config.max_elements_per_packet) + 1),
@@ -100,7 +102,7 @@ void DataThread::RemoveAddresses(JobId id) {
 void DataThread::Run() {
   pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
-    poll(fds, 2, 500);
+    net::SpinThenPoll(fds, 2, busy_poll_, std::chrono::milliseconds(500));
     if (fds[1].revents & POLLIN) {
       uint64_t value;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -27,8 +28,10 @@ class DataThread {
  public:
   // Shard `shard` of `shards` serves the worker threads t with
   // t % shards == shard (each worker thread sends to one shard's socket).
+  // Out of packets, it polls its socket for `busy_poll` before it sleeps
+  // (net/busy_poll.h).
   DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard = 0,
-             uint16_t shards = 1);
+             uint16_t shards = 1, std::chrono::microseconds busy_poll = {});
   ~DataThread();  // Stop()s
   DataThread(const DataThread&) = delete;
   DataThread& operator=(const DataThread&) = delete;
@@ -74,6 +77,7 @@ class DataThread {
   JobRegistry registry_;
   uint16_t shard_;
   uint16_t shards_;
+  std::chrono::microseconds busy_poll_;
   net::UdpSocket socket_;
   net::RecvBatch recv_;
   net::SendBatch send_;

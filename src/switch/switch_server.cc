@@ -47,6 +47,10 @@ Status SwitchConfig::Validate() const {
     return InvalidArgument("data_port=" + std::to_string(data_port) + " leaves no room for " +
                            std::to_string(data_threads) + " data threads' ports");
   }
+  if (busy_poll_us > 100000) {
+    return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) +
+                           " is out of range; use 0..100000 (0: sleep at once)");
+  }
   if (bmv2 && data_threads != 1) {
     return InvalidArgument("data_threads must be 1 with the bmv2 data plane (the P4 switch "
                            "carries the data)");
@@ -110,8 +114,9 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
       }
     }
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
-    impl->shards.push_back(std::make_unique<DataThread>(config.data_plane, std::move(socket).value(),
-                                                        s, config.data_threads));
+    impl->shards.push_back(std::make_unique<DataThread>(
+        config.data_plane, std::move(socket).value(), s, config.data_threads,
+        std::chrono::microseconds(config.busy_poll_us)));
     shards.push_back(impl->shards.back().get());
   }
   impl->config.result_multicast = config.result_multicast;

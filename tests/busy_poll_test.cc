@@ -1,0 +1,78 @@
+#include "net/busy_poll.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+namespace switchml::net {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+class EventFd {
+ public:
+  EventFd() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~EventFd() { close(fd_); }
+  void Signal() const {
+    const uint64_t one = 1;
+    ASSERT_EQ(write(fd_, &one, sizeof(one)), ssize_t(sizeof(one)));
+  }
+  pollfd Readable() const { return {fd_, POLLIN, 0}; }
+
+ private:
+  int fd_;
+};
+
+TEST(SpinThenPoll, AReadyDescriptorReturnsAtOnce) {
+  EventFd e;
+  e.Signal();
+  for (auto spin : {microseconds(0), microseconds(200), microseconds(seconds(60))}) {
+    pollfd fd = e.Readable();
+    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, seconds(60)), 1);
+    EXPECT_TRUE(fd.revents & POLLIN);
+  }
+}
+
+TEST(SpinThenPoll, NothingReadyEndsAtTheTimeout) {
+  EventFd e;
+  // Spinning for part, all or (capped) more than all of the timeout.
+  for (auto spin : {microseconds(0), microseconds(500), microseconds(2000), microseconds(5000)}) {
+    pollfd fd = e.Readable();
+    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, milliseconds(2)), 0) << spin.count();
+    EXPECT_EQ(fd.revents, 0);
+  }
+}
+
+// Whether the datagram comes while the thread spins or after it went to
+// sleep, the call returns with it, long before its timeout.
+TEST(SpinThenPoll, DataWakesItWhileSpinningAndWhileAsleep) {
+  for (auto spin : {microseconds(seconds(60)), microseconds(100)}) {
+    EventFd e;
+    std::thread writer([&] {
+      std::this_thread::sleep_for(milliseconds(20));
+      e.Signal();
+    });
+    pollfd fd = e.Readable();
+    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, seconds(60)), 1);
+    EXPECT_TRUE(fd.revents & POLLIN);
+    writer.join();
+  }
+}
+
+TEST(SpinThenPoll, WatchesEveryDescriptor) {
+  EventFd a, b;
+  b.Signal();
+  pollfd fds[2] = {a.Readable(), b.Readable()};
+  EXPECT_EQ(SpinThenPoll(fds, 2, microseconds(200), seconds(60)), 1);
+  EXPECT_EQ(fds[0].revents, 0);
+  EXPECT_TRUE(fds[1].revents & POLLIN);
+}
+
+}  // namespace
+}  // namespace switchml::net
