@@ -7,6 +7,7 @@
 #include <simde/x86/avx512.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -15,8 +16,16 @@
 // SIMDe 0.7.4 lacks the 512-bit float conversions and the 512-bit streaming
 // store. Intel defines the conversions lane by lane, so two of SIMDe's
 // 256-bit ones (which round as the hardware does, by the current mode) make
-// each; a streaming store differs from a store only in caching.
+// each. A streaming store differs from a store in caching and in faulting on
+// an address not aligned to its size: these count such addresses instead.
 namespace emulated {
+
+std::atomic<uint64_t> misaligned_streaming_stores{0};
+
+template <size_t kAlignment>
+void CountIfMisaligned(const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) ++misaligned_streaming_stores;
+}
 
 inline simde__m512d CvtpsPd(simde__m256 a) {
   double d[8];
@@ -42,7 +51,14 @@ inline simde__m256 CvtpdPs(simde__m512d a) {
   return simde_mm256_set_m128(simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d + 4)),
                               simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d)));
 }
-inline void StreamSi512(simde__m512i* p, simde__m512i v) { simde_mm512_storeu_si512(p, v); }
+inline void StreamSi512(simde__m512i* p, simde__m512i v) {
+  CountIfMisaligned<64>(p);
+  simde_mm512_storeu_si512(p, v);
+}
+inline void StreamPs(float* p, simde__m256 v) {
+  CountIfMisaligned<32>(p);
+  simde_mm256_storeu_ps(p, v);
+}
 
 }  // namespace emulated
 
@@ -51,6 +67,8 @@ inline void StreamSi512(simde__m512i* p, simde__m512i v) { simde_mm512_storeu_si
 #define _mm512_cvtepi32_pd emulated::Cvtepi32Pd
 #define _mm512_cvtpd_ps emulated::CvtpdPs
 #define _mm512_stream_si512 emulated::StreamSi512
+#undef _mm256_stream_ps  // SIMDe's, which neither checks nor may assume alignment
+#define _mm256_stream_ps emulated::StreamPs
 
 namespace switchml::kernels {
 namespace {
@@ -58,5 +76,9 @@ namespace {
 }  // namespace
 
 const QuantizeKernels kAvx512Emulated = Avx512KernelSet("avx512 (emulated)");
+
+uint64_t Avx512EmulatedMisalignedStreamingStores() {
+  return emulated::misaligned_streaming_stores.load();
+}
 
 }  // namespace switchml::kernels
