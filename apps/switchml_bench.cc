@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
   pass(app.add_option("--busy-poll-us", o.context.busy_poll_us,
                       "out of packets, poll this long (microseconds) before sleeping; with "
                       "--local, the switch too")
-           ->check(CLI::Range(0, 100000)));
+           ->check(CLI::Range(uint32_t{0}, kMaxBusyPollUs)));
   pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
   CLI11_PARSE(app, argc, argv);
   o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--busy-poll-us", config.busy_poll_us,
                  "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; "
                  "0: sleep at once")
-      ->check(CLI::Range(0, 100000));
+      ->check(CLI::Range(uint32_t{0}, switchml::kMaxBusyPollUs));
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   std::string dataplane = "software";

@@ -6,10 +6,8 @@
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels_avx512_emulated.h"
 
@@ -27,29 +25,26 @@ void CountIfMisaligned(const void* p) {
   if (reinterpret_cast<uintptr_t>(p) % kAlignment != 0) ++misaligned_streaming_stores;
 }
 
-inline simde__m512d CvtpsPd(simde__m256 a) {
-  double d[8];
-  simde_mm256_storeu_pd(d, simde_mm256_cvtps_pd(simde_mm256_castps256_ps128(a)));
-  simde_mm256_storeu_pd(d + 4, simde_mm256_cvtps_pd(simde_mm256_extractf128_ps(a, 1)));
-  return simde_mm512_loadu_pd(d);
+// A 512-bit register of doubles from its 256-bit halves, and its halves.
+inline simde__m512d Join(simde__m256d low, simde__m256d high) {
+  return simde_mm512_insertf64x4(simde_mm512_castpd256_pd512(low), high, 1);
 }
-inline simde__m256i CvtpdEpi32(simde__m512d a) {
-  double d[8];
-  simde_mm512_storeu_pd(d, a);
-  return simde_mm256_set_m128i(simde_mm256_cvtpd_epi32(simde_mm256_loadu_pd(d + 4)),
-                               simde_mm256_cvtpd_epi32(simde_mm256_loadu_pd(d)));
+inline simde__m256d Low(simde__m512d a) { return simde_mm512_castpd512_pd256(a); }
+inline simde__m256d High(simde__m512d a) { return simde_mm512_extractf64x4_pd(a, 1); }
+
+inline simde__m512d CvtpsPd(simde__m256 a) {
+  return Join(simde_mm256_cvtps_pd(simde_mm256_castps256_ps128(a)),
+              simde_mm256_cvtps_pd(simde_mm256_extractf128_ps(a, 1)));
 }
 inline simde__m512d Cvtepi32Pd(simde__m256i a) {
-  double d[8];
-  simde_mm256_storeu_pd(d, simde_mm256_cvtepi32_pd(simde_mm256_castsi256_si128(a)));
-  simde_mm256_storeu_pd(d + 4, simde_mm256_cvtepi32_pd(simde_mm256_extracti128_si256(a, 1)));
-  return simde_mm512_loadu_pd(d);
+  return Join(simde_mm256_cvtepi32_pd(simde_mm256_castsi256_si128(a)),
+              simde_mm256_cvtepi32_pd(simde_mm256_extracti128_si256(a, 1)));
+}
+inline simde__m256i CvtpdEpi32(simde__m512d a) {
+  return simde_mm256_set_m128i(simde_mm256_cvtpd_epi32(High(a)), simde_mm256_cvtpd_epi32(Low(a)));
 }
 inline simde__m256 CvtpdPs(simde__m512d a) {
-  double d[8];
-  simde_mm512_storeu_pd(d, a);
-  return simde_mm256_set_m128(simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d + 4)),
-                              simde_mm256_cvtpd_ps(simde_mm256_loadu_pd(d)));
+  return simde_mm256_set_m128(simde_mm256_cvtpd_ps(High(a)), simde_mm256_cvtpd_ps(Low(a)));
 }
 inline void StreamSi512(simde__m512i* p, simde__m512i v) {
   CountIfMisaligned<64>(p);

@@ -12,6 +12,9 @@
 
 namespace switchml {
 
+// The longest busy_poll_us (ContextConfig, SwitchConfig) accepts.
+constexpr uint32_t kMaxBusyPollUs = 100000;
+
 struct ContextConfig {
   std::string switch_address = "127.0.0.1:48800";  // control plane, HOST[:PORT]
   std::string job_name = "default";  // ranks with the same name form one job

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "switchml/config.h"  // kMaxBusyPollUs
 #include "switchml/data_plane.h"
 #include "switchml/status.h"
 
@@ -51,7 +52,8 @@ struct SwitchConfig {
   // copy per worker (when the workers accept it; see ContextConfig).
   bool result_multicast = true;
   // Out of packets, each data thread polls its socket this long (yielding the
-  // CPU) before it sleeps; 0: sleep at once (see ContextConfig::busy_poll_us).
+  // CPU) before it sleeps; 0: sleep at once, at most kMaxBusyPollUs (see
+  // ContextConfig::busy_poll_us).
   uint32_t busy_poll_us = 200;
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 

@@ -58,7 +58,7 @@ const Field kFields[] = {
      nullptr, nullptr, 0, 0, &ContextConfig::result_multicast},
     {"busy_poll_us",
      "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; 0: off",
-     nullptr, &ContextConfig::busy_poll_us, 0, 100000},
+     nullptr, &ContextConfig::busy_poll_us, 0, kMaxBusyPollUs},
 };
 
 // A TOML basic string.

@@ -6,25 +6,16 @@
 #include <algorithm>
 
 namespace switchml::net {
-namespace {
-
-std::chrono::nanoseconds Monotonic() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
-
-}  // namespace
 
 int SpinThenPoll(pollfd* fds, nfds_t count, std::chrono::nanoseconds spin,
                  std::chrono::nanoseconds timeout) {
   spin = std::min(spin, timeout);
   if (spin > std::chrono::nanoseconds(0)) {
-    const auto start = Monotonic();
+    const auto start = std::chrono::steady_clock::now();
     for (;;) {
       const int ready = poll(fds, count, 0);
       if (ready != 0) return ready;
-      if (Monotonic() - start >= spin) break;
+      if (std::chrono::steady_clock::now() - start >= spin) break;
       sched_yield();
     }
     timeout -= spin;

@@ -50,6 +50,14 @@ static inline int16_t ExponentOfMaxAbsBits(uint32_t max_bits) {
   return int16_t(e < kMinExponent ? kMinExponent : e);
 }
 
+// Leading elements to handle one by one so that `p` + 4 * that many is
+// `alignment`-byte aligned (p is 4-byte aligned), at most n: the scalar head
+// before non-temporal stores, which fault on unaligned addresses.
+static inline size_t ElementsToAlignment(const void* p, size_t alignment, size_t n) {
+  const size_t head = ((alignment - reinterpret_cast<uintptr_t>(p) % alignment) % alignment) / 4;
+  return head < n ? head : n;
+}
+
 extern const QuantizeKernels kScalar;
 extern const QuantizeKernels kAvx2;    // defined only where SWITCHML_HAVE_AVX2
 extern const QuantizeKernels kAvx512;  // defined only where SWITCHML_HAVE_AVX512

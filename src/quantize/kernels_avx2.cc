@@ -4,7 +4,6 @@
 // float. So results are bitwise identical.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -60,7 +59,7 @@ void Dequantize(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
   const __m256d inverse = _mm256_set1_pd(scale.inverse);
   size_t i = 0;
   if constexpr (kStream) {
-    i = std::min(n, ((16 - reinterpret_cast<uintptr_t>(out) % 16) % 16) / 4);
+    i = ElementsToAlignment(out, 16, n);
     kScalar.dequantize(src_be, i, scale, out);
   }
   const auto store = [](float* p, __m128 v) {
@@ -116,7 +115,7 @@ template <bool kStream>
 void Swap32(const uint8_t* src, size_t n, uint8_t* dst) {
   size_t i = 0;
   if constexpr (kStream) {
-    i = std::min(n, ((32 - reinterpret_cast<uintptr_t>(dst) % 32) % 32) / 4);
+    i = ElementsToAlignment(dst, 32, n);
     kScalar.swap32(src, i, dst);
   }
   const auto store = [](uint8_t* p, __m256i v) {

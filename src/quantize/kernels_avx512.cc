@@ -12,7 +12,6 @@
 #pragma GCC diagnostic pop
 #endif
 
-#include <algorithm>
 #include <cstdint>
 
 #include "quantize/kernels.h"

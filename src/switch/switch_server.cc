@@ -47,9 +47,9 @@ Status SwitchConfig::Validate() const {
     return InvalidArgument("data_port=" + std::to_string(data_port) + " leaves no room for " +
                            std::to_string(data_threads) + " data threads' ports");
   }
-  if (busy_poll_us > 100000) {
-    return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) +
-                           " is out of range; use 0..100000 (0: sleep at once)");
+  if (busy_poll_us > kMaxBusyPollUs) {
+    return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) + " is out of range; use 0.." +
+                           std::to_string(kMaxBusyPollUs) + " (0: sleep at once)");
   }
   if (bmv2 && data_threads != 1) {
     return InvalidArgument("data_threads must be 1 with the bmv2 data plane (the P4 switch "
