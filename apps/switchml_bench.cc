@@ -26,79 +26,130 @@ namespace {
 using namespace switchml;
 
 struct Options {
-  std::string switch_address = "127.0.0.1";
-  uint32_t rank = 0, world = 1, local = 0;
+  uint32_t local = 0;
   std::string size = "64MiB";
+  uint64_t bytes = 0;  // --size, parsed
   std::string dtype = "float32";
   int reps = 5, warmup = 1;
   uint64_t seed = 1;
   std::string config_file;
-  ContextConfig context;
+  // Context settings given as flags, in order: (field, value).
+  std::vector<std::pair<std::string, std::string>> context_flags;
 };
 
-int RunWorker(const Options& o) {
-  ContextConfig config = o.context;
+// A Context setting on the command line: the flag and the ContextConfig field.
+struct ContextFlag {
+  const char* flag;
+  const char* field;
+  const char* help;
+};
+constexpr ContextFlag kContextFlags[] = {
+    {"--switch", "switch_address", "control address of the switch, HOST[:PORT]"},
+    {"--rank", "rank", "this worker's rank (required with --world > 1)"},
+    {"--world", "world_size", "number of workers"},
+    {"--job", "job_name", "job name (default: bench)"},
+    {"--threads", "threads", "I/O threads per worker"},
+    {"--elements-per-packet", "elements_per_packet", "int32 values per packet (0: fit the path MTU)"},
+    {"--pool-slots", "pool_slots", "switch slots per job"},
+    {"--window-slots", "window_slots", "packets in flight (0: measured)"},
+    {"--failure-timeout-ms", "failure_timeout_ms", "fail after this long without progress"},
+    {"--result-multicast", "result_multicast", "accept results by host-local multicast (true/false)"},
+    {"--busy-poll-us", "busy_poll_us",
+     "out of packets, poll this long (microseconds) before sleeping; with --local, the switch too"},
+    {"--auth-key", "auth_key", "job secret (64 hex digits): authenticate every packet"},
+};
+
+// No rank given anywhere (defaults < file < environment < flags).
+constexpr uint32_t kNoRank = UINT32_MAX;
+
+// The worker's settings: the benchmark's defaults, then the --config file,
+// then SWITCHML_<NAME> variables, then the flags given explicitly.
+StatusOr<ContextConfig> WorkerConfig(const Options& o) {
+  ContextConfig config;
+  config.job_name = "bench";
+  config.rank = kNoRank;
   if (!o.config_file.empty()) {
     auto loaded = ContextConfig::FromTomlFile(o.config_file, config);
-    if (!loaded.ok()) {
-      std::fprintf(stderr, "%s\n", loaded.status().ToString().c_str());
-      return 2;
-    }
+    if (!loaded.ok()) return loaded.status();
     config = loaded.value();
   }
-  config.switch_address = o.switch_address;
-  config.rank = o.rank;
-  config.world_size = o.world;
-  const uint64_t bytes = bench::ParseSize(o.size);
-  if (bytes < 4) {
-    std::fprintf(stderr, "--size=%s is not a size (try 64MiB)\n", o.size.c_str());
+  if (Status s = config.ApplyEnvironment(); !s.ok()) return s;
+  for (const auto& [field, value] : o.context_flags) {
+    if (Status s = config.Set(field, value); !s.ok()) return s;
+  }
+  if (config.rank == kNoRank) {
+    if (config.world_size > 1) {
+      return InvalidArgument("--world " + std::to_string(config.world_size) +
+                             " needs this worker's --rank (0.." +
+                             std::to_string(config.world_size - 1) + ")");
+    }
+    config.rank = 0;
+  }
+  return config;
+}
+
+int RunWorker(const Options& o) {
+  auto configured = WorkerConfig(o);
+  if (!configured.ok()) {
+    std::fprintf(stderr, "%s\n", configured.status().ToString().c_str());
     return 2;
   }
+  ContextConfig config = configured.value();
+  const uint64_t bytes = o.bytes;
   const size_t count = bytes / 4;
   const bool is_float = o.dtype == "float32";
   const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
 
   auto context = Context::Start(config);
   if (!context.ok()) {
-    std::fprintf(stderr, "rank %u: %s\n", o.rank, context.status().ToString().c_str());
+    std::fprintf(stderr, "rank %u: %s\n", config.rank, context.status().ToString().c_str());
     return 1;
   }
   Context& ctx = *context.value();
   config = ctx.config();  // with the switch's elements_per_packet
-  std::vector<uint32_t> in(count), out(count);
+  const uint32_t rank = config.rank, world = config.world_size;
+  std::vector<uint32_t> in, out;
+  try {
+    in.resize(count);
+    out.resize(count);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "rank %u: --size=%s: cannot allocate two buffers of %llu bytes\n", rank,
+                 o.size.c_str(), static_cast<unsigned long long>(bytes));
+    return 2;
+  }
   if (is_float) {
-    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, o.rank, config.elements_per_packet);
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, rank, config.elements_per_packet);
   } else {
-    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, o.rank);
+    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, rank);
   }
   std::vector<double> times;
   int32_t token = 0;
   for (int rep = -o.warmup; rep < o.reps; ++rep) {
     // Line the ranks up, so each repetition times the all-reduce alone.
     if (Status s = ctx.AllReduce(&token, &token, 1, DType::kInt32); !s.ok()) {
-      std::fprintf(stderr, "rank %u: %s\n", o.rank, s.ToString().c_str());
+      std::fprintf(stderr, "rank %u: %s\n", rank, s.ToString().c_str());
       return 1;
     }
     const auto start = std::chrono::steady_clock::now();
     const Status s = ctx.AllReduce(in.data(), out.data(), count, dtype);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) {
-      std::fprintf(stderr, "rank %u: %s\n", o.rank, s.ToString().c_str());
+      std::fprintf(stderr, "rank %u: %s\n", rank, s.ToString().c_str());
       return 1;
     }
     if (rep < 0) continue;
     times.push_back(seconds);
-    if (o.rank == 0) {
+    if (rank == 0) {
       std::fprintf(stderr, "switchml rep %d/%d: %.4f s, %.2f Gbit/s\n", rep + 1, o.reps, seconds,
                    double(bytes) * 8 / seconds / 1e9);
     }
   }
   const bench::Verification v =
       is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
-                                    o.world, config.elements_per_packet, true)
-               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, o.world);
+                                    world, config.elements_per_packet, true)
+               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, world);
   const ContextCounters c = ctx.counters();
-  nlohmann::json j = bench::ResultJson("switchml", o.world, o.rank, bytes, o.dtype, times, v,
+  nlohmann::json j = bench::ResultJson("switchml", world, rank, bytes, o.dtype, times, v,
                                        bench::Digest(out.data(), bytes));
   j["elements_per_packet"] = config.elements_per_packet;
   j["pool_slots"] = config.pool_slots;
@@ -115,6 +166,18 @@ int RunWorker(const Options& o) {
 }
 
 int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
+  // The workers' settings, checked once here (any rank: the parent assigns them).
+  Options any_rank = o;
+  any_rank.context_flags.emplace_back("rank", "0");
+  any_rank.context_flags.emplace_back("world_size", std::to_string(o.local));
+  auto config = WorkerConfig(any_rank);
+  if (config.ok()) {
+    if (Status s = config.value().Validate(); !s.ok()) config = s;
+  }
+  if (!config.ok()) {
+    std::fprintf(stderr, "%s\n", config.status().ToString().c_str());
+    return 2;
+  }
   const std::string dir = bench::SelfDirectory();
   char port_file[] = "/tmp/switchml-bench-XXXXXX";
   const int fd = mkstemp(port_file);
@@ -125,7 +188,7 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
                                  "--data-port", "0", "--port-file", port_file, "--log-level", "warn",
                                  "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
                                  "--max-elements-per-packet", "8192", "--pool-slots", "2048",
-                                 "--busy-poll-us", std::to_string(o.context.busy_poll_us)},
+                                 "--busy-poll-us", std::to_string(config.value().busy_poll_us)},
                                 nullptr);
   if (sw < 0) {
     std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
@@ -160,12 +223,10 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
 int main(int argc, char** argv) {
   CLI::App app{"switchml-bench: time all-reduces through a switchml switch"};
   Options o;
-  app.add_option("--switch", o.switch_address, "control address of the switch, HOST[:PORT]");
-  app.add_option("--rank", o.rank, "this worker's rank");
-  app.add_option("--world", o.world, "number of workers")->check(CLI::Range(1, 65534));
   app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
       ->check(CLI::Range(1, 256));
-  // The options below are passed on to the workers in --local mode.
+  // The options below (but --switch, --rank and --world) are passed on to the
+  // workers in --local mode.
   std::vector<std::string> passthrough;
   auto pass = [&](CLI::Option* opt) {
     opt->each([&, opt](const std::string& v) {
@@ -178,22 +239,36 @@ int main(int argc, char** argv) {
   pass(app.add_option("--reps", o.reps, "timed repetitions")->check(CLI::Range(1, 100000)));
   pass(app.add_option("--warmup", o.warmup, "untimed repetitions first")->check(CLI::Range(0, 1000)));
   pass(app.add_option("--seed", o.seed, "seed of the inputs"));
-  pass(app.add_option("--config", o.config_file, "TOML file of Context settings"));
-  pass(app.add_option("--job", o.context.job_name, "job name"));
-  pass(app.add_option("--threads", o.context.threads, "I/O threads per worker"));
-  pass(app.add_option("--elements-per-packet", o.context.elements_per_packet, "int32 values per packet (0: fit the path MTU)"));
-  pass(app.add_option("--pool-slots", o.context.pool_slots, "switch slots per job"));
-  pass(app.add_option("--window-slots", o.context.window_slots, "packets in flight (0: measured)"));
-  pass(app.add_option("--failure-timeout-ms", o.context.failure_timeout_ms, "fail after this long without progress"));
-  pass(app.add_option("--result-multicast", o.context.result_multicast,
-                      "accept results by host-local multicast (true/false)"));
-  pass(app.add_option("--busy-poll-us", o.context.busy_poll_us,
-                      "out of packets, poll this long (microseconds) before sleeping; with "
-                      "--local, the switch too")
-           ->check(CLI::Range(uint32_t{0}, kMaxBusyPollUs)));
-  pass(app.add_option("--auth-key", o.context.auth_key, "job secret (64 hex digits): authenticate every packet"));
+  pass(app.add_option("--config", o.config_file,
+                      "TOML file of Context settings (defaults < file < SWITCHML_<NAME> "
+                      "variables < flags)"));
+  // Context settings: applied over the file and the environment with
+  // ContextConfig::Set, which validates them and names the field.
+  std::vector<std::string> values(std::size(kContextFlags));
+  for (size_t i = 0; i < std::size(kContextFlags); ++i) {
+    const ContextFlag& f = kContextFlags[i];
+    CLI::Option* opt = app.add_option(f.flag, values[i], f.help);
+    opt->each([&o, &f](const std::string& v) { o.context_flags.emplace_back(f.field, v); });
+    const std::string flag = f.flag;
+    if (flag != "--switch" && flag != "--rank" && flag != "--world") pass(opt);
+  }
   CLI11_PARSE(app, argc, argv);
-  o.context.job_name = o.context.job_name == "default" ? "bench" : o.context.job_name;
+  // The size once, here: in --local mode before any process starts.
+  o.bytes = bench::ParseSize(o.size);
+  if (o.bytes < 4) {
+    std::fprintf(stderr, "--size=%s is not a size (try 64MiB)\n", o.size.c_str());
+    return 2;
+  }
+  const uint64_t processes = std::max<uint32_t>(o.local, 1);
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (double(o.bytes) * 2 * double(processes) > memory) {
+    std::fprintf(stderr,
+                 "--size=%s needs %.1f GiB (input and output of %llu worker(s)); this machine "
+                 "has %.1f GiB: use a smaller --size\n",
+                 o.size.c_str(), double(o.bytes) * 2 * double(processes) / double(1ull << 30),
+                 static_cast<unsigned long long>(processes), memory / double(1ull << 30));
+    return 2;
+  }
   if (o.local > 0) return RunLocal(o, passthrough);
   return RunWorker(o);
 }

@@ -2,14 +2,38 @@
 // software UDP data plane or a BMv2 P4 switch that it programs
 // (--dataplane bmv2); stops cleanly on SIGINT or SIGTERM.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include <grpc/support/log.h>
 #include <spdlog/spdlog.h>
 
 #include "switchml/switch_server.h"
+
+namespace {
+
+// Log level names, case-insensitively.
+std::optional<spdlog::level::level_enum> ParseLogLevel(std::string name) {
+  using spdlog::level::level_enum;
+  static constexpr std::pair<const char*, level_enum> kLevels[] = {
+      {"trace", level_enum::trace}, {"debug", level_enum::debug},  {"info", level_enum::info},
+      {"warn", level_enum::warn},   {"warning", level_enum::warn}, {"error", level_enum::err},
+      {"critical", level_enum::critical}, {"off", level_enum::off}};
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const auto& [text, level] : kLevels) {
+    if (name == text) return level;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-switch: in-network aggregation in software"};
@@ -29,8 +53,15 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--pool-slots", config.data_plane.pool_slots, "aggregation slots shared by all jobs")
       ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--max-elements-per-packet", max_elements, "largest elements per packet a job may use")
-      ->check(CLI::Range(32, 8192));
+  app.add_option("--max-elements-per-packet", max_elements,
+                 "largest elements per packet a job may use: a power of two, 32..8192")
+      ->check(CLI::Range(32, 8192))
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            const long n = std::strtol(v.c_str(), nullptr, 10);
+            return (n & (n - 1)) == 0 ? "" : "must be a power of two (32, 64, ..., 8192), not " + v;
+          },
+          "POWER_OF_TWO"));
   app.add_option("--max-workers", max_workers, "largest world size of a job")->check(CLI::Range(1, 65534));
   app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
   app.add_option("--result-multicast", config.result_multicast,
@@ -41,7 +72,12 @@ int main(int argc, char** argv) {
                  "0: sleep at once")
       ->check(CLI::Range(uint32_t{0}, switchml::kMaxBusyPollUs));
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            return ParseLogLevel(v) ? "" : "'" + v + "' is not trace, debug, info, warn, error, critical or off";
+          },
+          "LEVEL"));
   std::string dataplane = "software";
   switchml::Bmv2Config bmv2;
   std::string bmv2_cli = "simple_switch_CLI";
@@ -64,7 +100,16 @@ int main(int argc, char** argv) {
     config.bmv2 = bmv2;
   }
 
-  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_level(*ParseLogLevel(log_level));
+  // gRPC's own messages (e.g. a failed bind, which Start() reports in one
+  // line of ours) at debug level.
+  gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
+  // The port file's directory must be writable before anything starts.
+  const std::string port_tmp = port_file + ".tmp";
+  if (!port_file.empty() && !std::ofstream(port_tmp)) {
+    spdlog::error("--port-file {}: cannot write {}: {}", port_file, port_tmp, std::strerror(errno));
+    return 2;
+  }
   config.bind_address = bind;
   config.data_plane.max_elements_per_packet = uint16_t(max_elements);
   config.data_plane.max_workers = uint16_t(max_workers);
@@ -80,12 +125,18 @@ int main(int argc, char** argv) {
   auto server = switchml::SwitchServer::Start(config);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
+    if (!port_file.empty()) std::remove(port_tmp.c_str());
     return 2;
   }
   if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";
-    std::ofstream(tmp) << server.value()->control_port() << " " << server.value()->data_port() << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());  // readers never see a half-written file
+    std::ofstream(port_tmp) << server.value()->control_port() << " " << server.value()->data_port()
+                            << "\n";
+    // Readers never see a half-written file.
+    if (std::rename(port_tmp.c_str(), port_file.c_str()) != 0) {
+      spdlog::error("--port-file {}: {}", port_file, std::strerror(errno));
+      server.value()->Stop();
+      return 2;
+    }
   }
   int signal = 0;
   sigwait(&signals, &signal);

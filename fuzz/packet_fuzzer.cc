@@ -1,10 +1,15 @@
 // libFuzzer target: arbitrary bytes as a packet, through the decoder, the
-// data plane (with live jobs) and a worker engine. Any crash, sanitizer
-// report or broken invariant is a bug.
+// data plane (with live jobs), the switch's packet handler (source and MAC
+// checks in front of a second data plane: a keyless job, a keyed job and a
+// job registered but not yet installed) and a worker engine. Any crash,
+// sanitizer report or broken invariant is a bug.
 #include <cstdlib>
 #include <memory>
 #include <vector>
 
+#include <arpa/inet.h>
+
+#include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
 #include "switchml/worker_engine.h"
 
@@ -16,10 +21,34 @@ struct NullSink : PacketSink {
   void Send(std::span<const uint8_t>) override {}
 };
 
+struct CountingSink : ReplySink {
+  void Send(std::span<const uint8_t> datagram, const sockaddr_in&) override {
+    if (datagram.size() > MaxPacketBytes(64)) std::abort();
+  }
+};
+
+sockaddr_in Loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 struct World {
-  World() : data_plane(Config()) {
+  World() : data_plane(Config()), switch_plane(Config()), handler(&switch_plane) {
     (void)data_plane.RegisterJob({JobId(7), 3, 32, 0, 8});
     (void)data_plane.RegisterJob({JobId(12), 1, 64, 8, 4});
+    // The handler's jobs: 7 keyless, 12 keyed (world 1), 13 registered in the
+    // data plane without an address book (mid-installation).
+    (void)switch_plane.RegisterJob({JobId(7), 3, 32, 0, 8});
+    (void)switch_plane.RegisterJob({JobId(12), 1, 64, 8, 4});
+    (void)switch_plane.RegisterJob({JobId(13), 2, 32, 12, 4});
+    handler.Install(JobId(7), 3, 8, 1, {Loopback(1000), Loopback(1001), Loopback(1002)},
+                    std::nullopt);
+    net::AuthKey secret{};
+    handler.Install(JobId(12), 1, 4, 1, {Loopback(1000)},
+                    net::PacketAuthenticator(secret, "salt", 12, net::kSwitchSenderId));
     WorkerEngineConfig c;
     c.job = JobId(7);
     c.rank = Rank(1);
@@ -39,6 +68,10 @@ struct World {
     return c;
   }
   DataPlane data_plane;
+  DataPlane switch_plane;
+  PacketHandler handler;
+  CountingSink replies;
+  std::vector<uint8_t> handler_out = std::vector<uint8_t>(MaxPacketBytes(64));
   std::unique_ptr<WorkerEngine> engine;
   std::vector<float> input, output;
   NullSink sink;
@@ -63,6 +96,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t before = world->data_plane.counters().packets;
   const Verdict v = world->data_plane.Process(bytes, out);
   if (world->data_plane.counters().packets != before + 1 || v.out_bytes > out.size()) std::abort();
+
+  // The handler: from one of the registered ports (the first byte picks it),
+  // every packet is counted once, and a job without a book never changes state.
+  const uint64_t switch_before = world->switch_plane.counters().packets;
+  const uint64_t contributions_13 = world->switch_plane.JobCounters(JobId(13)).contributions;
+  (void)world->handler.Handle(bytes, Loopback(uint16_t(1000 + (size ? data[0] % 4 : 0))),
+                              world->handler_out, world->replies);
+  if (world->switch_plane.counters().packets != switch_before + 1 ||
+      world->switch_plane.JobCounters(JobId(13)).contributions != contributions_13) {
+    std::abort();
+  }
 
   if (world->engine->broken()) world->engine = std::make_unique<WorkerEngine>(world->engine->config());
   if (world->engine->idle()) {

@@ -188,6 +188,32 @@ TEST_F(DataPlaneTest, LateDuplicateOfAnOldRoundIsDroppedAsStale) {
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 0, 0, 0}));
 }
 
+// Regression (issue 14.1): a corrupted copy of rank 0's packet with the
+// version bit flipped (and optionally a later chunk id) used to clear rank
+// 0's bit in the version still filling, so rank 0's retransmission counted
+// twice and both ranks got A+A instead of A+B.
+TEST_F(DataPlaneTest, FlippedVersionCopyNeverMakesASenderCountTwice) {
+  for (const uint32_t forged_chunk : {0u, 4u}) {
+    SCOPED_TRACE(forged_chunk);
+    Register(1, 2);
+    EXPECT_EQ(Send(1, 0, 0, 0, 0, {1, 2, 3, 4}).reason, DropReason::kNone);  // A into version 0
+    const Verdict forged = Send(1, 0, 0, 1, forged_chunk, {1, 2, 3, 4});
+    EXPECT_EQ(forged.action, Action::kDrop);
+    EXPECT_EQ(forged.reason, DropReason::kVersionConflict);
+    // Rank 0's retransmission is still recognised as one.
+    EXPECT_EQ(Send(1, 0, 0, 0, 0, {1, 2, 3, 4}).action, Action::kPendingToSender);
+    const Verdict v = Keep(Send(1, 1, 0, 0, 0, {10, 20, 30, 40}));  // B completes the slot
+    ASSERT_EQ(v.action, Action::kSendToAll);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{11, 22, 33, 44}));
+    EXPECT_EQ(dp_->JobCounters(JobId(1)).drops[size_t(DropReason::kVersionConflict)], 1u);
+    // The other version is usable as soon as this one is complete.
+    Send(1, 0, 0, 1, 4, {5, 0, 0, 0});
+    ASSERT_EQ(Keep(Send(1, 1, 0, 1, 4, {6, 0, 0, 0})).action, Action::kSendToAll);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{11, 0, 0, 0}));
+    ASSERT_TRUE(dp_->UnregisterJob(JobId(1)).ok());
+  }
+}
+
 TEST_F(DataPlaneTest, ContributionForAnotherChunkWhileAggregatingIsDropped) {
   Register(1, 3);
   Send(1, 0, 0, 0, 8, {1, 0, 0, 0});

@@ -205,5 +205,99 @@ TEST(MultiProcessFailures, KilledSwitchFailsWorkersCleanlyAndARestartedOneServes
   for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
 }
 
+// Bad command lines (issue 14.3 and 14.6): each a one-line error and a
+// non-zero exit, never a crash, a silent default or a daemon that half works.
+int NonEmptyLines(const std::string& text) {
+  int lines = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    if (end > start) ++lines;
+    start = end + 1;
+  }
+  return lines;
+}
+
+TEST(CommandLine, SecondSwitchOnABusyControlPortFailsInOneLine) {
+  Switch sw;
+  const std::string port = sw.address().substr(sw.address().rfind(':') + 1);
+  Process second({kBin + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", port,
+                  "--data-port", "0"});
+  EXPECT_EQ(second.Wait(), 2);
+  EXPECT_EQ(NonEmptyLines(second.output()), 1) << second.output();
+  EXPECT_NE(second.output().find(port), std::string::npos) << second.output();
+  EXPECT_NE(second.output().find("--control-port"), std::string::npos) << second.output();
+}
+
+TEST(CommandLine, SwitchRejectsBadSettingsAtStart) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--log-level", "bogus"},
+      {"--port-file", "/nonexistent-switchml-dir/port"},
+      {"--max-elements-per-packet", "100"},
+  };
+  for (const auto& args : bad) {
+    std::vector<std::string> argv = {kBin + "/switchml-switch", "--bind", "127.0.0.1",
+                                     "--control-port", "0", "--data-port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv);
+    EXPECT_NE(p.Wait(), 0) << args[0] << " " << args[1];
+    EXPECT_GE(NonEmptyLines(p.output()), 1);
+    EXPECT_NE(p.output().find(args[1] == "100" ? "power of two" : args[1]), std::string::npos)
+        << p.output();
+  }
+}
+
+TEST(CommandLine, SwitchAcceptsLogLevelsInAnyCase) {
+  for (const std::string level : {"INFO", "warning", "Warn", "debug", "off"}) {
+    const std::string port_file = "/tmp/switchml-test-level-" + std::to_string(getpid());
+    unlink(port_file.c_str());
+    Process p({kBin + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", "0",
+               "--data-port", "0", "--port-file", port_file, "--log-level", level});
+    int port = 0;
+    for (int i = 0; i < 1000 && port == 0; ++i) {
+      std::ifstream(port_file) >> port;
+      if (port == 0) std::this_thread::sleep_for(5ms);
+    }
+    unlink(port_file.c_str());
+    EXPECT_NE(port, 0) << level;
+    p.Kill(SIGTERM);
+    EXPECT_EQ(p.Wait(), 0) << level << ": " << p.output();
+  }
+}
+
+TEST(CommandLine, BenchRefusesASizeThatCannotFitOnce) {
+  Process p({kBin + "/switchml-bench", "--local", "2", "--size", "100000GiB"});
+  EXPECT_EQ(p.Wait(), 2);
+  EXPECT_EQ(NonEmptyLines(p.output()), 1) << p.output();
+  EXPECT_NE(p.output().find("--size=100000GiB"), std::string::npos) << p.output();
+}
+
+TEST(CommandLine, BenchNeedsARankWithMoreThanOneWorker) {
+  Process p({kBin + "/switchml-bench", "--world", "2", "--switch", "127.0.0.1:1"});
+  EXPECT_EQ(p.Wait(), 2);
+  EXPECT_NE(p.output().find("--rank"), std::string::npos) << p.output();
+}
+
+// Defaults < --config file < SWITCHML_<NAME> variables < explicit flags.
+TEST(CommandLine, BenchSettingsTakeFileThenEnvironmentThenFlags) {
+  Switch sw;
+  const std::string file = "/tmp/switchml-test-config-" + std::to_string(getpid()) + ".toml";
+  std::ofstream(file) << "switch_address = \"" << sw.address() << "\"\n"
+                      << "rank = 0\nworld_size = 1\npool_slots = 16\nelements_per_packet = 256\n"
+                      << "threads = 1\n";
+  setenv("SWITCHML_POOL_SLOTS", "24", 1);          // over the file
+  setenv("SWITCHML_ELEMENTS_PER_PACKET", "128", 1);  // over the file, under the flag
+  Process p({kBin + "/switchml-bench", "--config", file, "--elements-per-packet", "512", "--size",
+             "64KiB", "--reps", "1"});
+  unsetenv("SWITCHML_POOL_SLOTS");
+  unsetenv("SWITCHML_ELEMENTS_PER_PACKET");
+  ASSERT_EQ(p.Wait(), 0) << p.output();
+  unlink(file.c_str());
+  const auto j = p.Result();
+  EXPECT_EQ(j.value("pool_slots", 0), 24) << p.output();
+  EXPECT_EQ(j.value("elements_per_packet", 0), 512) << p.output();
+  EXPECT_EQ(j.value("workers", 0), 1) << p.output();
+}
+
 }  // namespace
 }  // namespace switchml

@@ -96,6 +96,23 @@ TEST(SwitchResources, JobThatDoesNotFitIsRefusedClearly) {
       << c.status().message();
 }
 
+// Regression (issue 14.3): gRPC's default SO_REUSEPORT let a second daemon
+// start on a busy control port; jobs then split between the two and hung.
+TEST(SwitchStartup, BusyControlPortIsAnError) {
+  auto first = StartSwitch();
+  ASSERT_NE(first, nullptr);
+  SwitchConfig config;
+  config.bind_address = "127.0.0.1";
+  config.control_port = first->control_port();
+  config.data_port = 0;
+  auto second = SwitchServer::Start(config);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(std::to_string(first->control_port())),
+            std::string::npos)
+      << second.status().message();
+  EXPECT_NE(second.status().message().find("--control-port"), std::string::npos);
+}
+
 // Datagrams the kernel dropped because a UDP socket's receive buffer was
 // full (this network namespace, all sockets).
 int64_t UdpReceiveBufferErrors() {

@@ -60,6 +60,11 @@ struct ContextConfig {
                                                 const ContextConfig& defaults);
   static StatusOr<ContextConfig> FromTomlFile(const std::string& path);
   static StatusOr<ContextConfig> FromTomlString(const std::string& text);
+  // Sets every field whose environment variable SWITCHML_<NAME> (the field's
+  // name in upper case, e.g. SWITCHML_THREADS) is set; errors name the
+  // variable. Fields without one keep their value.
+  Status ApplyEnvironment();
+
   // The whole configuration as TOML, with each field's documentation.
   std::string ToToml() const;
   // The names Set() and TOML files accept.

@@ -68,8 +68,11 @@ enum class DropReason : uint8_t {
   kExponentMismatch, // scaled with another exponent than the slot's first packet
   kSourceMismatch,   // (transport) sender address not registered for this rank
   kBadMac,           // (transport) the job has a key and the packet's MAC is missing or wrong
+  kVersionConflict,  // a new contribution to one version while the slot's other version
+                     // still aggregates: never legitimate (a worker moves a slot to the
+                     // other version only after it holds that version's result)
 };
-inline constexpr int kNumDropReasons = 13;
+inline constexpr int kNumDropReasons = 14;
 const char* DropReasonName(DropReason r);
 
 struct Verdict {

@@ -68,6 +68,7 @@
 #define DROP_EXPONENT_MISMATCH 8w10
 #define DROP_SOURCE_MISMATCH 8w11
 #define DROP_BAD_MAC 8w12
+#define DROP_VERSION_CONFLICT 8w13
 #define SWITCHML_NUM_DROP_REASONS 16
 
 // Event counters (indexes of the switchml_events counter): the fields of

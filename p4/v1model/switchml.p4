@@ -154,12 +154,21 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
                 } else if (hdr.switchml.exponent != exponent) {
                     meta.drop_reason = DROP_EXPONENT_MISMATCH;
                 }
+                // A worker sends into one version only once it holds the other
+                // version's result: a contribution while the other version still
+                // aggregates is a corrupted or forged copy (data_plane.cc).
+                bit<32> other_owner;
+                bit<16> other_remaining;
+                slot_owner.read(other_owner, other);
+                slot_remaining.read(other_remaining, other);
+                if (meta.drop_reason == DROP_NONE && other_owner == hdr.switchml.job &&
+                    other_remaining != 0) {
+                    meta.drop_reason = DROP_VERSION_CONFLICT;
+                }
                 if (meta.drop_reason == DROP_NONE) {
                     // A new contribution: count it, recycle the other version lazily.
                     slot_owner.write(index, hdr.switchml.job);
                     slot_seen.write(index, seen | rank_bit);
-                    bit<32> other_owner;
-                    slot_owner.read(other_owner, other);
                     if (other_owner == hdr.switchml.job) {
                         bit<32> other_seen;
                         slot_seen.read(other_seen, other);

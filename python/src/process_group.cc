@@ -45,14 +45,8 @@ ContextConfig ConfigFromEnvironment() {
     TORCH_CHECK(loaded.ok(), "switchml: ", loaded.status().message());
     config = loaded.value();
   }
-  for (const std::string& name : ContextConfig::FieldNames()) {
-    std::string variable = "SWITCHML_";
-    for (char c : name) variable += char(std::toupper(uint8_t(c)));
-    if (const char* value = std::getenv(variable.c_str())) {
-      const Status s = config.Set(name, value);
-      TORCH_CHECK(s.ok(), "switchml: ", variable, ": ", s.message());
-    }
-  }
+  const Status s = config.ApplyEnvironment();
+  TORCH_CHECK(s.ok(), "switchml: ", s.message());
   return config;
 }
 

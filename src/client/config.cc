@@ -4,6 +4,7 @@
 
 #include "net/packet_auth.h"
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -213,6 +214,17 @@ StatusOr<ContextConfig> ContextConfig::FromTomlFile(const std::string& path) {
 
 StatusOr<ContextConfig> ContextConfig::FromTomlString(const std::string& text) {
   return FromTomlString(text, ContextConfig{});
+}
+
+Status ContextConfig::ApplyEnvironment() {
+  for (const Field& f : kFields) {
+    std::string variable = "SWITCHML_";
+    for (const char* c = f.name; *c != '\0'; ++c) variable += char(std::toupper(uint8_t(*c)));
+    if (const char* value = std::getenv(variable.c_str())) {
+      if (Status s = Set(f.name, value); !s.ok()) return InvalidArgument(variable + ": " + s.message());
+    }
+  }
+  return Status::Ok();
 }
 
 std::vector<std::string> ContextConfig::FieldNames() {

@@ -22,6 +22,7 @@ const char* DropReasonName(DropReason r) {
     case DropReason::kExponentMismatch: return "exponent_mismatch";
     case DropReason::kSourceMismatch: return "source_mismatch";
     case DropReason::kBadMac: return "bad_mac";
+    case DropReason::kVersionConflict: return "version_conflict";
   }
   return "unknown";
 }
@@ -268,6 +269,13 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   } else if (h.exponent != exponent_[slot]) {
     return Drop(job, DropReason::kExponentMismatch);
   }
+
+  // A worker sends into version v only once it holds the result of version
+  // 1-v, so while 1-v still aggregates this cannot be one of its packets
+  // (a corrupted or forged copy, e.g. with the version bit flipped).
+  // Accepting it would clear the sender's bit in 1-v and let the sender's
+  // retransmission count twice there.
+  if (remaining_[other] != 0) return Drop(job, DropReason::kVersionConflict);
 
   // A new contribution: count it here and recycle the other version lazily.
   seen_word |= bit;

@@ -1,9 +1,10 @@
 // The switch's data thread: receives datagrams, checks each sender against
 // the job's registered addresses, runs the data plane, and sends results.
 //
-// It owns the DataPlane, the JobRegistry and the address book. Other threads
-// touch them only through Execute(), which runs a function on the data thread
-// between packet batches, so the packet path takes no lock.
+// It owns the DataPlane, the JobRegistry and the PacketHandler (the address
+// books). Other threads touch them only through Execute(), which runs a
+// function on the data thread between packet batches, so the packet path
+// takes no lock.
 #pragma once
 
 #include <netinet/in.h>
@@ -19,12 +20,13 @@
 
 #include "net/packet_auth.h"
 #include "net/udp_socket.h"
+#include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
 #include "switchml/job_registry.h"
 
 namespace switchml {
 
-class DataThread {
+class DataThread : private ReplySink {
  public:
   // Shard `shard` of `shards` serves the worker threads t with
   // t % shards == shard (each worker thread sends to one shard's socket).
@@ -45,45 +47,33 @@ class DataThread {
   // Data-thread only (call inside Execute).
   DataPlane& data_plane() { return data_plane_; }
   JobRegistry& registry() { return registry_; }
-  // Binds job `id` to its workers' addresses: addresses[rank * threads + t]
-  // is rank's socket for thread t, which owns slots [t*S/T, (t+1)*S/T).
-  // With `auth`, the job's packets must carry a valid MAC, and results are signed.
-  // With `result_groups` (one per thread), a result for all ranks is one
-  // datagram to thread t's group instead of one per rank.
+  // Installs or removes job `id`'s address book (PacketHandler::Install).
   void InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
                         std::vector<sockaddr_in> addresses,
                         const std::optional<net::PacketAuthenticator>& auth,
-                        std::vector<sockaddr_in> result_groups = {});
-  void RemoveAddresses(JobId id);
+                        std::vector<sockaddr_in> result_groups = {}) {
+    handler_.Install(id, world_size, pool_slots, threads, std::move(addresses), auth,
+                     std::move(result_groups));
+  }
+  void RemoveAddresses(JobId id) { handler_.Remove(id); }
   uint64_t packets_sent() const { return send_.sent(); }
   uint64_t send_errors() const { return send_.dropped(); }
 
  private:
-  struct Book {
-    bool active = false;
-    uint32_t id = 0;
-    uint16_t world_size = 0;
-    uint16_t threads = 1;
-    std::vector<uint16_t> thread_of_slot;
-    std::vector<sockaddr_in> addresses;
-    std::vector<sockaddr_in> result_groups;
-    std::optional<net::PacketAuthenticator> auth;
-  };
   void Run();
   void RunCommands();
-  void Handle(std::span<const uint8_t> packet, const sockaddr_in& source);
+  void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
+    send_.AddRef(socket_.fd(), datagram, to);
+  }
 
   DataPlane data_plane_;
   JobRegistry registry_;
-  uint16_t shard_;
-  uint16_t shards_;
+  PacketHandler handler_;
   std::chrono::microseconds busy_poll_;
   net::UdpSocket socket_;
   net::RecvBatch recv_;
   net::SendBatch send_;
   std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch
-  size_t out_used_ = 0;
-  std::vector<Book> books_;  // indexed like the data plane's job table
 
   int wake_fd_ = -1;
   std::atomic<bool> stop_{false};

@@ -130,6 +130,10 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
       ":" + std::to_string(config.control_port);
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &selected);
   builder.RegisterService(impl->service.get());
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
+  // start, and jobs would split between the two and hang. A busy port must
+  // fail here instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Notice workers whose connection vanished without a FIN (a cut cable).
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);

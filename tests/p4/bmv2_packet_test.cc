@@ -228,6 +228,26 @@ TEST_F(Bmv2Scenario, RetransmissionsBeforeCompletionAreNotCounted) {
   ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
 }
 
+// Issue 14.1: a copy of rank 0's packet with the version bit flipped is
+// dropped while the other version still aggregates, so rank 0 never counts twice.
+TEST_F(Bmv2Scenario, FlippedVersionCopyIsDroppedAsAVersionConflict) {
+  const JobId job = Install(2);
+  const auto before = Counters();
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  Send(Contribution(job, 0, 4, 0, 1), Values(1));  // version 1, a later chunk
+  ExpectSilence(0);
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));  // the retransmission: pending
+  const Frame f = Expect(0);
+  ASSERT_TRUE(f.is_switchml);
+  EXPECT_EQ(f.header.type, MessageType::kPending);
+  Send(Contribution(job, 1, 0, 0, 0), Values(2));
+  ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
+  const auto after = Counters();
+  EXPECT_EQ(after.drops[size_t(DropReason::kVersionConflict)] -
+                before.drops[size_t(DropReason::kVersionConflict)],
+            1u);
+}
+
 TEST_F(Bmv2Scenario, ReductionInTheSecondVersion) {
   const JobId job = Install(2);
   Send(Contribution(job, 0, 4, 3, 1), Values(5));

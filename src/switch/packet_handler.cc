@@ -1,0 +1,90 @@
+#include "switch/packet_handler.h"
+
+#include "net/address.h"
+
+namespace switchml {
+
+PacketHandler::PacketHandler(DataPlane* data_plane, uint16_t shard, uint16_t shards)
+    : data_plane_(data_plane),
+      shard_(shard),
+      shards_(shards),
+      books_(data_plane->config().max_jobs) {}
+
+void PacketHandler::Install(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
+                            std::vector<sockaddr_in> addresses,
+                            const std::optional<net::PacketAuthenticator>& auth,
+                            std::vector<sockaddr_in> result_groups) {
+  Book& b = books_[id.value() % books_.size()];
+  b.active = true;
+  b.id = id.value();
+  b.world_size = world_size;
+  b.threads = threads;
+  b.thread_of_slot.resize(pool_slots);
+  for (uint32_t s = 0; s < pool_slots; ++s) {
+    b.thread_of_slot[s] = uint16_t(((s + 1) * uint32_t(threads) - 1) / pool_slots);
+  }
+  b.addresses = std::move(addresses);
+  b.auth = auth;
+  b.result_groups = std::move(result_groups);
+}
+
+void PacketHandler::Remove(JobId id) {
+  Book& b = books_[id.value() % books_.size()];
+  if (b.id == id.value()) b.active = false;
+}
+
+bool PacketHandler::Installed(JobId id) const {
+  const Book& b = books_[id.value() % books_.size()];
+  return b.active && b.id == id.value();
+}
+
+bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& source,
+                           std::span<uint8_t> out, ReplySink& sink) {
+  PacketView view;
+  if (const DecodeError e = DecodePacket(packet, &view); e != DecodeError::kOk) {
+    data_plane_->CountDecodeError(e);
+    return false;
+  }
+  const PacketHeader& h = view.header;
+  Book& book = books_[h.job % books_.size()];
+  if (!book.active || book.id != h.job) {
+    // Also a job the data plane already runs but whose book is not installed
+    // yet: without the book neither the source nor the MAC can be checked.
+    data_plane_->CountDroppedPacket(h.job, h.type == MessageType::kContribution
+                                               ? DropReason::kUnknownJob
+                                               : DropReason::kNotContribution);
+    return false;
+  }
+  // Rank and slot out of range are the data plane's to count.
+  const bool addressable = h.rank < book.world_size && h.slot < book.thread_of_slot.size();
+  // Only the registered socket of (rank, thread owning the slot) may speak
+  // for that rank; everything else is counted and dropped.
+  const uint16_t thread = addressable ? book.thread_of_slot[h.slot] : 0;
+  const sockaddr_in* rank_address =
+      addressable ? &book.addresses[size_t(h.rank) * book.threads + thread] : nullptr;
+  // ... and only to the shard that serves that thread.
+  if (addressable && (!net::SameAddress(*rank_address, source) || thread % shards_ != shard_)) {
+    data_plane_->CountDroppedPacket(h.job, DropReason::kSourceMismatch);
+    return false;
+  }
+  if (addressable && book.auth && !book.auth->Verify(packet)) {
+    data_plane_->CountDroppedPacket(h.job, DropReason::kBadMac);
+    return false;
+  }
+  const Verdict v = data_plane_->ProcessDecoded(view, out);
+  if (v.action == Action::kDrop || !addressable) return false;
+  const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
+  const std::span<const uint8_t> reply(out.data(), length);
+  if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
+    sink.Send(reply, book.result_groups[thread]);
+  } else if (v.action == Action::kSendToAll) {
+    for (uint16_t r = 0; r < v.world_size; ++r) {
+      sink.Send(reply, book.addresses[size_t(r) * book.threads + thread]);
+    }
+  } else {
+    sink.Send(reply, *rank_address);
+  }
+  return true;
+}
+
+}  // namespace switchml
