@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <random>
 #include <regex>
@@ -290,6 +291,69 @@ TEST(SwitchAuthentication, RanksWithDifferentKeysCannotFormAJob) {
   const Status& refused = errors[0].code() == StatusCode::kInvalidArgument ? errors[0] : errors[1];
   EXPECT_NE(refused.message().find("auth_key differs"), std::string::npos) << refused.message();
 }
+
+// Regression (issue 14.4): a rank that joins with other settings, or as a
+// duplicate, used to fail alone while the registered ranks waited out the
+// join timeout and then blamed "missing rank(s)". Now every rank fails at
+// once with the same message, naming the field and both values. (The join
+// timeout is long, so the old behaviour shows as the wrong message.)
+struct Misconfiguration {
+  const char* name;
+  std::function<void(ContextConfig&)> change;  // applied to rank 1
+  const char* message;
+};
+
+class MisconfiguredRank : public ::testing::TestWithParam<Misconfiguration> {};
+
+TEST_P(MisconfiguredRank, FailsEveryRankWithTheSameMessage) {
+  auto sw = StartSwitch();
+  std::vector<ContextConfig> configs = Configs(*sw, "mixed", 3);
+  for (auto& c : configs) c.join_timeout_ms = 30000;
+  GetParam().change(configs[1]);
+  // Ranks 0 and 2 register first, so the job holds their settings.
+  std::vector<Status> errors(3);
+  std::vector<std::unique_ptr<Context>> contexts(3);
+  auto start = [&](size_t r) {
+    auto c = Context::Start(configs[r]);
+    if (c.ok()) contexts[r] = std::move(c).value();
+    else errors[r] = c.status();
+  };
+  std::thread first(start, 0), third(start, 2);
+  while (Metric(sw->PrometheusText(), "switchml_job_ranks_joined{job=\"mixed\",id=\"0\"}") != 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  start(1);
+  first.join();
+  third.join();
+  for (size_t r = 0; r < configs.size(); ++r) {
+    SCOPED_TRACE(r);
+    EXPECT_EQ(contexts[r], nullptr);
+    EXPECT_NE(errors[r].message().find(GetParam().message), std::string::npos)
+        << errors[r].message();
+    EXPECT_EQ(errors[r].message().find("missing rank"), std::string::npos) << errors[r].message();
+  }
+  // The switch forgot the job: the same ranks, configured alike, run.
+  auto again = StartAll(Configs(*sw, "mixed", 2));
+  EXPECT_NE(again[0], nullptr);
+  EXPECT_NE(again[1], nullptr);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Field, MisconfiguredRank,
+    ::testing::Values(
+        Misconfiguration{"world_size", [](ContextConfig& c) { c.world_size = 4; },
+                         "world_size 4 differs from the job's 3"},
+        Misconfiguration{"elements_per_packet", [](ContextConfig& c) { c.elements_per_packet = 512; },
+                         "elements_per_packet 512 differs from the job's 256"},
+        Misconfiguration{"pool_slots", [](ContextConfig& c) { c.pool_slots = 64; },
+                         "pool_slots 64 differs from the job's 32"},
+        Misconfiguration{"threads", [](ContextConfig& c) { c.threads = 2; },
+                         "threads 2 differs from the job's 1"},
+        Misconfiguration{"auth_key", [](ContextConfig& c) { c.auth_key = kKeyHex; },
+                         "auth_key differs from the job's"},
+        Misconfiguration{"duplicate_rank", [](ContextConfig& c) { c.rank = 0; },
+                         "rank 0 is already registered"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // A hand-made worker (raw gRPC and UDP) sends unsigned, tampered and
 // correctly signed packets to a keyed job of one rank.

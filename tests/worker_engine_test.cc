@@ -195,6 +195,49 @@ TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
             StatusCode::kFailedPrecondition);
 }
 
+// Regression (issue 14.5): a live rank whose window held back its later
+// packets used to be named missing too (the engine OR-ed the pending reports
+// of every slot). Only the oldest unanswered chunk's report names exactly
+// the ranks that stopped.
+TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
+  auto sw = SwitchWithJob(3, 4);
+  WorkerEngine e(Config(3, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(4 * 32, 1), y(x.size());
+  Status result;
+  bool called = false;
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
+                       [&](OpId, const Status& s) { result = s, called = true; })
+                  .ok());
+  std::vector<uint8_t> out(PacketBytes(32));
+  Nanos now(0);
+  e.OnTimer(now, sink);
+  ASSERT_EQ(sink.sent.size(), 4u);
+  // Rank 1, alive with a window of one packet, sent only the first chunk;
+  // rank 2 stopped.
+  std::vector<uint8_t> peer = sink.sent[0];
+  peer[13] = 1;
+  sw->Process(peer, out);
+  size_t delivered = 0;
+  while (!called) {
+    now = e.NextDeadline();
+    ASSERT_LT(now, milliseconds(200));
+    e.OnTimer(now, sink);
+    for (; delivered < sink.sent.size(); ++delivered) {
+      const Verdict v = sw->Process(sink.sent[delivered], out);
+      if (v.action == Action::kPendingToSender) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+      }
+    }
+  }
+  EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
+      << result.message();
+  EXPECT_NE(result.message().find("(failure_timeout_ms = 100)"), std::string::npos)
+      << result.message();
+  EXPECT_FALSE(e.switch_silent());
+}
+
 TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   WorkerEngine e(Config(2, 0, 4));
   RecordingSink sink;
@@ -208,6 +251,7 @@ TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)
       << result.message();
+  EXPECT_TRUE(e.switch_silent());
 }
 
 TEST(WorkerEngine, ForeignAndMalformedPacketsAreCountedAndIgnored) {

@@ -44,6 +44,12 @@ struct ContextConfig {
   // a hypervisor, hundreds of microseconds, and a pipelined all-reduce waits
   // for it; this trades a bounded spin per wait for that latency.
   uint32_t busy_poll_us = 200;
+  // Float inputs holding NaN or Inf: by default the all-reduce succeeds and
+  // every chunk of k elements that holds one comes back NaN on every rank
+  // (the other chunks exact as usual), so a loss scaler can test isfinite()
+  // and skip the step. true: the all-reduce fails with DATA_LOSS instead,
+  // naming the elements (the output is the same).
+  bool non_finite_error = false;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -165,7 +165,4 @@ class DataPlane {
   DataPlaneCounters counters_;
 };
 
-// Serial-number order for 32-bit chunk ids (RFC 1982): true if a is older than b.
-constexpr bool ChunkBefore(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
-
 }  // namespace switchml

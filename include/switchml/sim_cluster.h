@@ -23,6 +23,7 @@ struct SimClusterOptions {
   Nanos retransmit_timeout{std::chrono::microseconds(200)};
   Nanos max_retransmit_timeout{std::chrono::milliseconds(20)};
   Nanos failure_timeout{std::chrono::seconds(1)};
+  bool non_finite_error = false;  // WorkerEngineConfig::non_finite_error
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch
 };

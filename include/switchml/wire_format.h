@@ -125,4 +125,7 @@ inline void StoreBe32(uint8_t* p, uint32_t v) {
   std::memcpy(p, &v, 4);
 }
 
+// Serial-number order for 32-bit chunk ids (RFC 1982): true if a is older than b.
+constexpr bool ChunkBefore(uint32_t a, uint32_t b) { return int32_t(a - b) < 0; }
+
 }  // namespace switchml

@@ -29,7 +29,9 @@
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
 // silent switch, and breaks the engine: the job must be registered again
 // (with a fresh engine). A descriptor disagreement does the same. NaN/Inf in
-// an input fails that operation with DATA_LOSS but keeps the job usable.
+// a float input makes the chunks holding it NaN on every rank; with
+// non_finite_error it also fails that operation with DATA_LOSS, keeping the
+// job usable.
 //
 // Thread safety: none; one thread drives an engine. Buffers passed to
 // Submit() must stay valid until that operation's completion callback ran.
@@ -88,6 +90,9 @@ struct WorkerEngineConfig {
   Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // initial and minimum
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
   Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
+  // NaN/Inf in a float input: the chunks holding it come back NaN on every
+  // rank either way; true also fails the operation with DATA_LOSS.
+  bool non_finite_error = false;
 
   Status Validate() const;
 };
@@ -145,6 +150,9 @@ class WorkerEngine {
 
   bool idle() const;    // no operation running or queued
   bool broken() const { return !broken_reason_.empty(); }
+  // Broken because the switch answered none of the retransmissions of the
+  // last failure_timeout (as opposed to reporting missing ranks).
+  bool switch_silent() const { return switch_silent_; }
   WorkerEngineCounters counters() const;
 
  private:
@@ -173,8 +181,15 @@ class WorkerEngine {
   WorkerEngineConfig config_;
   size_t packet_bytes_;
   std::vector<Slot> slots_;
-  std::vector<uint32_t> missing_;        // ranks the switch last reported missing (bitmap)
+  // Ranks the switch reported missing (bitmap) in its pending answers for
+  // missing_chunk_, the oldest unanswered chunk it reported on since the last
+  // progress. Every live rank sends chunks in id order, so at the oldest one
+  // only the ranks that really stopped are missing; at a later chunk a live
+  // rank may merely be held back by its window.
+  std::vector<uint32_t> missing_;
+  uint32_t missing_chunk_ = 0;
   Nanos missing_reported_at_{-1};
+  bool switch_silent_ = false;
   std::deque<Op> queue_;                 // queue_.front() runs
   bool running_ = false;
   OpId next_op_id_ = 1;

@@ -60,6 +60,10 @@ const Field kFields[] = {
     {"busy_poll_us",
      "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; 0: off",
      nullptr, &ContextConfig::busy_poll_us, 0, kMaxBusyPollUs},
+    {"non_finite_error",
+     "an all-reduce whose float inputs hold NaN or Inf fails with DATA_LOSS (false: it "
+     "succeeds, and the chunks holding them are NaN on every rank, as with Gloo)",
+     nullptr, nullptr, 0, 0, &ContextConfig::non_finite_error},
 };
 
 // A TOML basic string.

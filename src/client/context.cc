@@ -1,5 +1,6 @@
 #include "switchml/context.h"
 
+#include <algorithm>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 
@@ -282,6 +283,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
     e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
     e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
+    e.non_finite_error = config.non_finite_error;
     if (Status s = e.Validate(); !s.ok()) return abandon(s);
     std::optional<net::PacketAuthenticator> auth;
     if (secret) {
@@ -313,7 +315,11 @@ void Context::Stop() {
   std::call_once(impl_->stop_once, [this] {
     impl_->stopping.store(true);
     for (auto& w : impl_->workers) w->Stop();
-    if (impl_->token != 0) {
+    // A switch that stopped answering would only make Leave wait out its
+    // deadline; closing the stream below ends the job there just as well.
+    const bool switch_silent = std::any_of(impl_->workers.begin(), impl_->workers.end(),
+                                           [](const auto& w) { return w->switch_silent(); });
+    if (impl_->token != 0 && !switch_silent) {
       // End the job at once (the switch would also notice the stream closing).
       control::v1::LeaveRequest leave;
       leave.set_job_name(impl_->config.job_name);

@@ -196,6 +196,7 @@ void WorkerThread::PublishCounters() {
                  std::memory_order_relaxed);
   multicast_received_total_.store(multicast_received_, std::memory_order_relaxed);
   window_.store(c.window, std::memory_order_relaxed);
+  switch_silent_.store(engine_.switch_silent(), std::memory_order_relaxed);
   min_rtt_ns_.store(c.min_rtt_ns, std::memory_order_relaxed);
 }
 

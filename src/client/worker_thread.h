@@ -43,6 +43,8 @@ class WorkerThread {
   void Fail(const Status& status);
 
   void AddCounters(ContextCounters& total) const;
+  // The engine failed because the switch stopped answering (any thread).
+  bool switch_silent() const { return switch_silent_.load(std::memory_order_relaxed); }
 
  private:
   struct Request {
@@ -78,6 +80,7 @@ class WorkerThread {
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, results_accepted_{0},
       duplicates_{0}, invalid_{0}, multicast_received_total_{0};
   std::atomic<uint32_t> window_{0};
+  std::atomic<bool> switch_silent_{false};
   std::atomic<int64_t> min_rtt_ns_{0};
 };
 

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.retransmit_timeout = o.retransmit_timeout;
     config.max_retransmit_timeout = o.max_retransmit_timeout;
     config.failure_timeout = o.failure_timeout;
+    config.non_finite_error = o.non_finite_error;
     auto engine = WorkerEngine::Create(config);
     if (!engine.ok()) return engine.status();
     raw.push_back(engine.value().get());

@@ -110,24 +110,33 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     entry->auth_key = join.auth_key;
   }
   const std::shared_ptr<Job> job = entry;
-  auto forget_if_new = [&] {
-    if (created) jobs_.erase(name);
+  // A refused join: a job this call created is forgotten; one whose other
+  // ranks wait at the barrier ends, and they fail at once with the same
+  // message (a misconfigured rank never leaves the others waiting for the
+  // join timeout). A running job is left alone.
+  auto refuse = [&](const grpc::Status& status) {
+    spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, status.error_message());
+    if (created) {
+      jobs_.erase(name);
+    } else if (!job->assignment) {
+      EndLocked(job, -1, status.error_message());
+    }
+    return status;
   };
   if (job->threads != threads) {
-    forget_if_new();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "job '" + name + "': rank " + std::to_string(rank) + " uses " +
-                            std::to_string(threads) + " threads, the job's other ranks " +
-                            std::to_string(job->threads) + "; every rank must use the same number");
+    return refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "job '" + name + "': rank " + std::to_string(rank) + "'s threads " +
+                                   std::to_string(threads) + " differs from the job's " +
+                                   std::to_string(job->threads) +
+                                   "; every rank must use the same value"));
   }
   // Constant-time: a guess's timing reveals nothing about the secret.
   if (job->auth_key.size() != join.auth_key.size() ||
       (!join.auth_key.empty() && sodium_memcmp(job->auth_key.data(), join.auth_key.data(),
                                                join.auth_key.size()) != 0)) {
-    forget_if_new();
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "job '" + name + "': rank " + std::to_string(rank) +
-                            "'s auth_key differs from the job's (or only some ranks have one)");
+    return refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                               "job '" + name + "': rank " + std::to_string(rank) +
+                                   "'s auth_key differs from the job's (or only some ranks have one)"));
   }
   Status joined;
   std::optional<JobAssignment> assignment;
@@ -140,11 +149,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   for (size_t s = 1; s < shards_.size() && joined.ok(); ++s) {
     shards_[s]->Execute([&] { (void)shards_[s]->registry().Join(join.request); });
   }
-  if (!joined.ok()) {
-    forget_if_new();
-    spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, joined.message());
-    return ToGrpc(joined);
-  }
+  if (!joined.ok()) return refuse(ToGrpc(joined));
   job->addresses[rank] = addresses;
   if (!join.accept_result_multicast || !AllOnLoopback(addresses)) job->unicast_only = true;
   job->tokens[rank] = token_source_();

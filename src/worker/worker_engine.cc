@@ -311,11 +311,14 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
       return;
     }
     ++counters_.pending_received;
-    if (missing_reported_at_ < last_progress_) std::fill(missing_.begin(), missing_.end(), 0);
+    // Keep the report on the oldest chunk; a newer one's says less.
+    const bool stale = missing_reported_at_ < last_progress_;
+    if (!stale && ChunkBefore(missing_chunk_, h.chunk)) return;
+    missing_chunk_ = h.chunk;
     for (size_t w = 0; w < missing_.size(); ++w) {
       const uint32_t valid =
           (w + 1) * 32 <= config_.world_size ? ~0u : (1u << (config_.world_size % 32)) - 1;
-      missing_[w] |= ~LoadBe32(p.payload + 4 * w) & valid;
+      missing_[w] = ~LoadBe32(p.payload + 4 * w) & valid;
     }
     missing_reported_at_ = now;
     return;
@@ -383,7 +386,7 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
 
   Status status;
-  if (op.non_finite_chunk >= 0) {
+  if (op.non_finite_chunk >= 0 && config_.non_finite_error) {
     const uint64_t begin = uint64_t(op.non_finite_chunk) * k;
     const std::string where = "elements [" + std::to_string(begin) + ", " +
                               std::to_string(std::min<uint64_t>(begin + k, op.count)) + ")";
@@ -446,8 +449,11 @@ void WorkerEngine::Break(Status status) {
 
 std::string WorkerEngine::DescribeStall(Nanos now) const {
   std::string what = "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
-                     Millis(now - last_progress_) + " at rank " +
-                     std::to_string(config_.rank.value()) + ": ";
+                     Millis(now - last_progress_) + " (failure_timeout_ms = " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        config_.failure_timeout)
+                                        .count()) +
+                     ") at rank " + std::to_string(config_.rank.value()) + ": ";
   if (missing_reported_at_ >= last_progress_) {
     std::string ranks;
     int listed = 0, total = 0;
@@ -469,6 +475,7 @@ void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
     return;
   }
   if (now - last_progress_ >= config_.failure_timeout) {
+    switch_silent_ = missing_reported_at_ < last_progress_;
     Break(Status(StatusCode::kDeadlineExceeded, DescribeStall(now)));
     return;
   }

@@ -97,6 +97,31 @@ def ddp_worker(rank, world, port, backend, out_dir):
     dist.destroy_process_group()
 
 
+def scaler_worker(rank, world, port, out_dir):
+    """DDP with a loss scaler's check: a step whose gradients are not finite
+    on any rank is skipped, on every rank alike."""
+    init(rank, world, port)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    skipped = []
+    for step in range(4):
+        x = torch.randn(4, 8, generator=g)
+        if step == 1 and rank == 1:
+            x[0, 3] = float("inf")  # an overflow on one rank only
+        opt.zero_grad()
+        ddp(x).sum().backward()  # must not raise
+        if all(bool(torch.isfinite(p.grad).all()) for p in model.parameters()):
+            opt.step()
+        else:
+            skipped.append(step)
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    torch.save({"skipped": skipped, "params": flat}, os.path.join(out_dir, f"scaler-{rank}.pt"))
+    dist.destroy_process_group()
+
+
 def dying_worker(rank, world, port, queue):
     os.environ["SWITCHML_FAILURE_TIMEOUT_MS"] = "5000"
     init(rank, world, port)
@@ -128,6 +153,17 @@ class TorchBackendTest(unittest.TestCase):
         for r in range(1, world):
             self.assertTrue(torch.equal(ours[r], ours[0]), f"rank {r} differs from rank 0")
         torch.testing.assert_close(ours[0], gloo, rtol=0, atol=1e-5)
+
+    def test_non_finite_gradients_pass_through_so_a_scaler_skips_the_step(self):
+        world = 3
+        with tempfile.TemporaryDirectory() as out, Switch() as sw:
+            os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+            mp.spawn(scaler_worker, args=(world, free_port(), out), nprocs=world)
+            results = [torch.load(os.path.join(out, f"scaler-{r}.pt")) for r in range(world)]
+        for r in range(world):
+            self.assertEqual(results[r]["skipped"], [1], f"rank {r}")
+            self.assertTrue(torch.equal(results[r]["params"], results[0]["params"]), f"rank {r}")
+            self.assertTrue(bool(torch.isfinite(results[r]["params"]).all()), f"rank {r}")
 
     def test_unreachable_switch_raises(self):
         os.environ["SWITCHML_SWITCH_ADDRESS"] = "127.0.0.1:1"
