@@ -53,6 +53,18 @@ netns_background() {
   NETNS_PIDS+=($!)
 }
 
+# netns_wait_listening NAME ADDRESS PORT: waits (up to 10 s) until a TCP
+# server listens at ADDRESS:PORT, as seen from host NAME.
+netns_wait_listening() {
+  local ns=$NETNS_TAG-$1 i
+  for ((i = 0; i < 1000; i++)); do
+    ip netns exec "$ns" bash -c "exec 3<>/dev/tcp/$2/$3" 2>/dev/null && return 0
+    sleep 0.01
+  done
+  echo "nothing listens at $2:$3 after 10 s" >&2
+  return 1
+}
+
 netns_cleanup() {
   for pid in "${NETNS_PIDS[@]}"; do { kill "$pid" && wait "$pid"; } 2>/dev/null || true; done
   # Anything still running inside our namespaces (e.g. MPI daemons) is ours.
