@@ -238,6 +238,51 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
   EXPECT_FALSE(e.switch_silent());
 }
 
+// Issue 14.7: a lost packet is resent as soon as the results of three later
+// transmissions are back, long before its timeout, and only once per round.
+TEST(WorkerEngine, LostPacketIsResentWhenLaterResultsOvertakeIt) {
+  auto sw = SwitchWithJob(1, 8);
+  WorkerEngine e(Config(1, 0, 8));
+  RecordingSink sink;
+  std::vector<int32_t> x(8 * 32), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i);
+  bool done = false;
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
+                       [&](OpId, const Status& s) {
+                         EXPECT_TRUE(s.ok());
+                         done = true;
+                       })
+                  .ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 8u);
+  const std::vector<uint8_t> lost = sink.sent[0];  // slot 0's packet never arrives
+  std::vector<uint8_t> out(PacketBytes(32));
+  const Nanos now(10000);  // 10 us: far below the 1 ms timeout
+  auto answer = [&](size_t i) {
+    const Verdict v = sw->Process(sink.sent[i], out);
+    ASSERT_EQ(v.action, Action::kSendToAll);
+    e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+  };
+  answer(1);
+  answer(2);
+  EXPECT_EQ(e.counters().fast_retransmissions, 0u);
+  const size_t before = sink.sent.size();
+  answer(3);  // the third later result: slot 0 goes again, unchanged
+  EXPECT_EQ(e.counters().fast_retransmissions, 1u);
+  ASSERT_GT(sink.sent.size(), before);
+  size_t resent = 0;
+  for (size_t i = before; i < sink.sent.size(); ++i) resent += sink.sent[i] == lost;
+  EXPECT_EQ(resent, 1u);
+  // More results do not send it a third time before its timer.
+  for (size_t i = 4; i < 8; ++i) answer(i);
+  EXPECT_EQ(e.counters().fast_retransmissions, 1u);
+  // Run to the end with every packet delivered.
+  for (size_t i = 8; !done && i < sink.sent.size(); ++i) answer(i);
+  EXPECT_TRUE(done);
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(e.counters().retransmissions, 1u);
+}
+
 TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   WorkerEngine e(Config(2, 0, 4));
   RecordingSink sink;

@@ -25,6 +25,10 @@
 // whose packet one worker holds back just waits at the switch, so the job
 // runs at the smallest window of its workers.
 //
+// Loss: a slot whose packet (or result) was lost is sent again when the
+// results of later transmissions come back (fast retransmission, once per
+// round), or else when its timeout expires.
+//
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
 // silent switch, and breaks the engine: the job must be registered again
@@ -103,7 +107,7 @@ inline constexpr uint16_t kMinElementsPerPacket = 32;
 // Receive-side and send-side counters of one engine.
 struct WorkerEngineCounters {
   uint64_t packets_sent = 0;
-  uint64_t retransmissions = 0;
+  uint64_t retransmissions = 0;   // all resent packets, fast ones included
   uint64_t results_accepted = 0;
   uint64_t pending_received = 0;  // kPending answers to retransmissions
   uint64_t duplicates = 0;        // results for rounds already done (or not started)
@@ -111,6 +115,7 @@ struct WorkerEngineCounters {
   uint64_t wrong_job_or_rank = 0; // well-formed but not for this worker
   uint64_t invalid = 0;           // wrong type, slot, size or exponent for this job
   uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the timeout
+  uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (see below)
   uint16_t window = 0;            // packets in flight allowed now
   int64_t min_rtt_ns = 0;         // measured (window sizing); 0 before the first sample
   double delivery_rate = 0;       // results per second, measured (window sizing)
@@ -164,7 +169,12 @@ class WorkerEngine {
   void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Writes slot `index`'s packet for its current round into a buffer of
   // `sink` and sends it (first transmission or retransmission alike).
-  void EmitPacket(const Slot& slot, uint16_t index, PacketSink& sink);
+  void EmitPacket(Slot& slot, uint16_t index, PacketSink& sink);
+  // Resends, before their timeout, first transmissions that kFastRetransmitAfter
+  // later transmissions overtook: results come back in the order packets
+  // were sent (every rank sends in chunk order), so such a packet or its
+  // result was lost.
+  void FastRetransmit(Nanos now, PacketSink& sink);
   // Writes that packet into `buf` (packet_bytes_): the same bytes every time
   // until the slot moves on.
   void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
@@ -173,7 +183,7 @@ class WorkerEngine {
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
   void SampleRoundTrip(Nanos sample);
-  std::string DescribeStall(Nanos now) const;
+  std::string DescribeStall(Nanos now) const;  // after switch_silent_ is set
   uint32_t ChunkId(uint32_t round, uint16_t index) const;
   uint32_t RoundsOf(uint16_t index) const;
   uint16_t Window() const;  // packets in flight allowed now: fixed or measured
@@ -204,6 +214,19 @@ class WorkerEngine {
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
   uint64_t unanswered_ = 0;              // retransmissions since the last packet from the switch
+  Nanos last_heard_{0};                  // when the last packet from the switch came
+  // Transmissions in the order they were sent (a ring of fixed capacity):
+  // the oldest unanswered one is checked on every result. Entries of slots
+  // that got their result, or were sent again, are skipped.
+  struct Transmission {
+    uint64_t seq;
+    uint16_t index;
+  };
+  std::vector<Transmission> sent_log_;
+  size_t sent_log_head_ = 0;
+  size_t sent_log_size_ = 0;
+  uint64_t next_seq_ = 1;   // of the next transmission
+  uint64_t acked_seq_ = 0;  // the latest transmission whose slot's result came back
   std::string broken_reason_;
   WorkerEngineCounters counters_;
 };

@@ -19,6 +19,10 @@ constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
 // so it costs at most this share of a large operation's packets.
 constexpr uint32_t kDescriptorShare = 32;
 
+// A first transmission counts as lost once the results of this many later
+// transmissions came back (TCP's duplicate-acknowledgement threshold).
+constexpr uint64_t kFastRetransmitAfter = 3;
+
 // Outputs of at least this size are written with non-temporal stores:
 // larger than the caches, so storing them through the caches costs a read of
 // each line and evicts the packet buffers.
@@ -51,6 +55,7 @@ struct WorkerEngine::Op {
 struct WorkerEngine::Slot {
   uint8_t version = 0;  // pool version of the next packet; persists across ops
   bool outstanding = false;
+  uint64_t seq = 0;  // of its latest transmission
   uint32_t round = 0;
   int16_t scale = 0;  // exponent agreed for the chunk of `round`
   uint32_t attempts = 0;
@@ -105,7 +110,9 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       slots_(config.pool_slots),
       missing_((config.world_size + 31) / 32),
       sizer_(config.pool_slots),
-      rto_(config.retransmit_timeout) {}
+      rto_(config.retransmit_timeout),
+      // Outstanding transmissions, plus room for stale entries.
+      sent_log_(4 * size_t(config.pool_slots) + 64) {}
 
 WorkerEngine::~WorkerEngine() = default;
 
@@ -181,6 +188,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
     slots_[i].scale = 0;
   }
   send_cursor_ = 0;
+  sent_log_size_ = 0;
   sizer_.OnOperationStart();
   SendInOrder(now, sink);
 }
@@ -213,11 +221,37 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& 
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
-void WorkerEngine::EmitPacket(const Slot& slot, uint16_t index, PacketSink& sink) {
+void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, PacketSink& sink) {
   const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
   WritePacket(slot, index, buf.data());
   sink.Send(buf.first(packet_bytes_));
   ++counters_.packets_sent;
+  slot.seq = next_seq_++;
+  if (sent_log_size_ == sent_log_.size()) {  // full: forget the oldest (its timer still runs)
+    sent_log_head_ = (sent_log_head_ + 1) % sent_log_.size();
+    --sent_log_size_;
+  }
+  sent_log_[(sent_log_head_ + sent_log_size_++) % sent_log_.size()] = {slot.seq, index};
+}
+
+void WorkerEngine::FastRetransmit(Nanos now, PacketSink& sink) {
+  const uint16_t window = queue_.front().window;
+  while (sent_log_size_ > 0) {
+    const Transmission t = sent_log_[sent_log_head_];
+    Slot& slot = slots_[t.index];
+    const bool live = t.index < window && slot.outstanding && slot.seq == t.seq;
+    if (live && t.seq + kFastRetransmitAfter > acked_seq_) return;  // not overtaken (yet)
+    sent_log_head_ = (sent_log_head_ + 1) % sent_log_.size();
+    --sent_log_size_;
+    // Once per round: a slot that already went again waits for its timer.
+    if (!live || slot.attempts != 0) continue;
+    EmitPacket(slot, t.index, sink);
+    ++counters_.retransmissions;
+    ++counters_.fast_retransmissions;
+    ++slot.attempts;
+    slot.deadline = now + rto_;
+    next_scan_ = std::min(next_scan_, slot.deadline);
+  }
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -305,6 +339,7 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     return;
   }
   unanswered_ = 0;
+  last_heard_ = now;
   if (h.type == MessageType::kPending) {
     if (h.element_count != missing_.size()) {
       ++counters_.invalid;
@@ -376,11 +411,15 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
     SampleRoundTrip(now - slot.sent_at);
     sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
   }
+  // Only a first transmission's result says what was sent before it came
+  // back; a resent packet's would overtake everything still waiting.
+  if (slot.attempts == 0) acked_seq_ = std::max(acked_seq_, slot.seq);
   slot.version ^= 1;
   slot.outstanding = false;
   --in_flight_;
   const bool slot_done = ++slot.round > RoundsOf(index);
   if (!slot_done || ++op.slots_done < op.window) {
+    FastRetransmit(now, sink);
     SendInOrder(now, sink);
     return;
   }
@@ -454,7 +493,7 @@ std::string WorkerEngine::DescribeStall(Nanos now) const {
                                         config_.failure_timeout)
                                         .count()) +
                      ") at rank " + std::to_string(config_.rank.value()) + ": ";
-  if (missing_reported_at_ >= last_progress_) {
+  if (!switch_silent_) {
     std::string ranks;
     int listed = 0, total = 0;
     for (size_t r = 0; r < config_.world_size; ++r) {
@@ -475,7 +514,12 @@ void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
     return;
   }
   if (now - last_progress_ >= config_.failure_timeout) {
-    switch_silent_ = missing_reported_at_ < last_progress_;
+    // A live switch answers every retransmission (a pending reply at the
+    // latest), and a stuck slot goes again at least every
+    // max_retransmit_timeout; a switch that stopped answering (or never told
+    // which ranks are missing) is the cause, not a rank.
+    const Nanos quiet = std::min(2 * config_.max_retransmit_timeout, config_.failure_timeout / 2);
+    switch_silent_ = missing_reported_at_ < last_progress_ || now - last_heard_ > quiet;
     Break(Status(StatusCode::kDeadlineExceeded, DescribeStall(now)));
     return;
   }
