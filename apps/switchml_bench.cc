@@ -160,6 +160,7 @@ int RunWorker(const Options& o) {
   j["authenticated"] = !config.auth_key.empty();
   j["packets_sent"] = c.packets_sent;
   j["retransmissions"] = c.retransmissions;
+  j["fast_retransmissions"] = c.fast_retransmissions;
   j["multicast_received"] = c.multicast_received;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;

@@ -75,6 +75,7 @@ void DataThread::RunCommands() {
 
 void DataThread::Run() {
   pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
     net::SpinThenPoll(fds, 2, busy_poll_, std::chrono::milliseconds(500));
     if (fds[1].revents & POLLIN) {
@@ -87,7 +88,6 @@ void DataThread::Run() {
       const int n = recv_.Receive(socket_.fd());
       if (n == 0) break;
       // Each reply stays in its own out_ buffer until the flush below.
-      const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
       size_t used = 0;
       for (int i = 0; i < n; ++i) {
         const std::span<uint8_t> out(&out_[used * out_bytes], out_bytes);
