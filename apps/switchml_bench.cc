@@ -57,6 +57,9 @@ constexpr ContextFlag kContextFlags[] = {
     {"--busy-poll-us", "busy_poll_us",
      "out of packets, poll this long (microseconds) before sleeping; with --local, the switch too"},
     {"--auth-key", "auth_key", "job secret (64 hex digits): authenticate every packet"},
+    {"--udp-offload", "udp_offload",
+     "send segmented and receive coalesced datagrams (UDP GSO/GRO) where the kernel has them "
+     "(true/false); with --local, the switch too"},
 };
 
 // No rank given anywhere (defaults < file < environment < flags).
@@ -161,6 +164,7 @@ int RunWorker(const Options& o) {
   j["packets_sent"] = c.packets_sent;
   j["retransmissions"] = c.retransmissions;
   j["fast_retransmissions"] = c.fast_retransmissions;
+  j["udp_offload"] = config.udp_offload;
   j["multicast_received"] = c.multicast_received;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;
@@ -189,7 +193,8 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
                                  "--data-port", "0", "--port-file", port_file, "--log-level", "warn",
                                  "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
                                  "--max-elements-per-packet", "8192", "--pool-slots", "2048",
-                                 "--busy-poll-us", std::to_string(config.value().busy_poll_us)},
+                                 "--busy-poll-us", std::to_string(config.value().busy_poll_us),
+                                 "--udp-offload", config.value().udp_offload ? "true" : "false"},
                                 nullptr);
   if (sw < 0) {
     std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());

@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
                  "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; "
                  "0: sleep at once")
       ->check(CLI::Range(uint32_t{0}, switchml::kMaxBusyPollUs));
+  app.add_option("--udp-offload", config.udp_offload,
+                 "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
+                 "has them (true/false)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(

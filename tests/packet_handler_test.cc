@@ -134,6 +134,12 @@ TEST_F(PacketHandlerTest, OnlyTheRegisteredSocketSpeaksForARank) {
   EXPECT_FALSE(Handle(Contribution(job_, 0, 1), 1001));  // rank 1's socket claims rank 0
   EXPECT_EQ(Drops(DropReason::kSourceMismatch), 1u);
   EXPECT_EQ(dp_.counters().contributions, 0u);
+  // Longer than the data plane's largest packet: malformed, before anything else.
+  std::vector<uint8_t> huge = Contribution(job_, 0, 1);
+  huge.resize(MaxPacketBytes(kK) + 1);
+  EXPECT_FALSE(Handle(huge, 1000));
+  EXPECT_EQ(Drops(DropReason::kMalformed), 1u);
+  EXPECT_EQ(dp_.counters().decode_errors[size_t(DecodeError::kLengthMismatch)], 1u);
   // Rank and slot out of range still reach the data plane's own counters.
   EXPECT_FALSE(Handle(Contribution(job_, 7, 1), 1000));
   EXPECT_EQ(Drops(DropReason::kRankOutOfRange), 1u);

@@ -50,6 +50,11 @@ struct ContextConfig {
   // and skip the step. true: the all-reduce fails with DATA_LOSS instead,
   // naming the elements (the output is the same).
   bool non_finite_error = false;
+  // UDP offloads where the kernel has them: consecutive packets to the
+  // switch leave as one segmented super-datagram (UDP_SEGMENT), and results
+  // arrive coalesced (UDP_GRO), saving a trip through the kernel per packet.
+  // false: one system-call entry per datagram, for A/B runs.
+  bool udp_offload = true;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

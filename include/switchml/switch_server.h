@@ -55,6 +55,10 @@ struct SwitchConfig {
   // CPU) before it sleeps; 0: sleep at once, at most kMaxBusyPollUs (see
   // ContextConfig::busy_poll_us).
   uint32_t busy_poll_us = 200;
+  // UDP offloads where the kernel has them: receive coalesced (UDP_GRO), and
+  // send each receive batch's results per destination as segmented
+  // super-datagrams (UDP_SEGMENT). false: one datagram per system-call entry.
+  bool udp_offload = true;
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;

@@ -155,8 +155,9 @@ class WorkerEngine {
 
   bool idle() const;    // no operation running or queued
   bool broken() const { return !broken_reason_.empty(); }
-  // Broken because the switch answered none of the retransmissions of the
-  // last failure_timeout (as opposed to reporting missing ranks).
+  // Broken because the switch went quiet: it sent nothing for
+  // min(2 max_retransmit_timeout, failure_timeout / 2), or nothing that named
+  // missing ranks since the last progress (as opposed to reporting them).
   bool switch_silent() const { return switch_silent_; }
   WorkerEngineCounters counters() const;
 

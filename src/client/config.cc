@@ -64,6 +64,10 @@ const Field kFields[] = {
      "an all-reduce whose float inputs hold NaN or Inf fails with DATA_LOSS (false: it "
      "succeeds, and the chunks holding them are NaN on every rank, as with Gloo)",
      nullptr, nullptr, 0, 0, &ContextConfig::non_finite_error},
+    {"udp_offload",
+     "send runs of packets as segmented super-datagrams and receive coalesced ones (UDP GSO/GRO) "
+     "where the kernel has them",
+     nullptr, nullptr, 0, 0, &ContextConfig::udp_offload},
 };
 
 // A TOML basic string.

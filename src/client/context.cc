@@ -293,7 +293,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     net::UdpSocket group = group_sockets.empty() ? net::UdpSocket() : std::move(group_sockets[t]);
     impl->workers.push_back(
         std::make_unique<WorkerThread>(e, std::move(sockets[t]), std::move(group), auth,
-                                       std::chrono::microseconds(config.busy_poll_us)));
+                                       std::chrono::microseconds(config.busy_poll_us),
+                                       config.udp_offload));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
   for (size_t t = 0; t < context->impl_->workers.size(); ++t) {

@@ -15,6 +15,8 @@ namespace switchml {
 namespace {
 
 constexpr size_t kBatch = 64;
+// Receive buffers of 64 KiB each when the kernel coalesces (UDP_GRO).
+constexpr size_t kCoalescedBuffers = 8;
 
 Nanos Now() {
   return std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now().time_since_epoch());
@@ -28,8 +30,11 @@ Nanos Now() {
 class WorkerThread::BatchSink : public PacketSink {
  public:
   // `packet_bytes` has room for the MAC (MaxPacketBytes).
-  BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth)
-      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {}
+  BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth,
+            bool segmentation)
+      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {
+    batch_.set_segmentation(segmentation);
+  }
   std::span<uint8_t> Claim(size_t bytes) override {
     claimed_ = batch_.Claim(fd_);
     return claimed_.first(std::min(bytes, claimed_.size()));
@@ -54,13 +59,21 @@ class WorkerThread::BatchSink : public PacketSink {
 WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
                            net::UdpSocket group,
                            const std::optional<net::PacketAuthenticator>& auth,
-                           std::chrono::microseconds busy_poll)
+                           std::chrono::microseconds busy_poll, bool udp_offload)
     : engine_(engine),
       socket_(std::move(socket)),
       group_(std::move(group)),
       busy_poll_(busy_poll),
       auth_(auth),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (udp_offload) {
+    segmentation_ = net::SegmentationSupported(socket_.fd());
+    // One receive batch serves both sockets; a socket without coalescing
+    // just delivers single datagrams into it.
+    coalescing_ = net::EnableReceiveCoalescing(socket_.fd());
+    if (coalescing_ && group_.fd() >= 0) net::EnableReceiveCoalescing(group_.fd());
+  }
+}
 
 WorkerThread::~WorkerThread() {
   Stop();
@@ -140,9 +153,11 @@ void WorkerThread::DrainMailbox() {
 
 void WorkerThread::Run() {
   const size_t max_bytes = MaxPacketBytes(engine_.config().elements_per_packet);
-  BatchSink sink(socket_.fd(), max_bytes, auth_);
+  BatchSink sink(socket_.fd(), max_bytes, auth_, segmentation_);
   // One extra byte tells a datagram that is too long from one that fits.
-  net::RecvBatch recv(net::ReceiveBatchPackets(max_bytes), max_bytes + 1);
+  // Coalesced buffers take 64 KiB each: a few hold as many packets.
+  net::RecvBatch recv(coalescing_ ? kCoalescedBuffers : net::ReceiveBatchPackets(max_bytes),
+                      max_bytes + 1, coalescing_);
   // A negative fd (no group) is ignored by ppoll.
   pollfd fds[3] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_.fd(), POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {

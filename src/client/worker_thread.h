@@ -25,10 +25,11 @@ class WorkerThread {
   // open (fd >= 0), has joined the thread's result group; Start() restricts
   // it to `switch_data` too. With `auth`, outgoing packets are signed and
   // received ones must verify. Out of packets, it polls its sockets for
-  // `busy_poll` before it sleeps (net/busy_poll.h).
+  // `busy_poll` before it sleeps (net/busy_poll.h). With `udp_offload`, it
+  // sends segmented and receives coalesced where the kernel can.
   WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket, net::UdpSocket group,
                const std::optional<net::PacketAuthenticator>& auth,
-               std::chrono::microseconds busy_poll);
+               std::chrono::microseconds busy_poll, bool udp_offload);
   ~WorkerThread();  // Stop()s
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -66,6 +67,8 @@ class WorkerThread {
   net::UdpSocket socket_;
   net::UdpSocket group_;
   std::chrono::microseconds busy_poll_;
+  bool segmentation_ = false;  // send runs with UDP_SEGMENT
+  bool coalescing_ = false;    // receive with UDP_GRO
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;

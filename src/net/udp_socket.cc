@@ -1,9 +1,11 @@
 #include "net/udp_socket.h"
 
 #include <fcntl.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -14,6 +16,11 @@ namespace switchml::net {
 namespace {
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// cmsg buffers in 8-byte words: UDP_GRO carries an int, UDP_SEGMENT a uint16_t.
+constexpr size_t kGroControlWords = (CMSG_SPACE(sizeof(int)) + 7) / 8;
+constexpr size_t kGsoControlWords = (CMSG_SPACE(sizeof(uint16_t)) + 7) / 8;
+constexpr uint32_t kEnd = UINT32_MAX;
 
 void SetBuffer(int fd, int option, int force_option, int bytes) {
   // The forced variant ignores net.core.[rw]mem_max but needs CAP_NET_ADMIN.
@@ -103,18 +110,33 @@ Status UdpSocket::Connect(const sockaddr_in& peer) {
   return Status::Ok();
 }
 
-RecvBatch::RecvBatch(size_t max_packets, size_t max_bytes)
-    : max_bytes_(max_bytes),
-      buffers_(max_packets * max_bytes),
+bool SegmentationSupported(int fd) {
+  int size = 0;
+  socklen_t len = sizeof(size);
+  return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, &len) == 0;
+}
+
+bool EnableReceiveCoalescing(int fd) {
+  const int one = 1;
+  return setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+}
+
+RecvBatch::RecvBatch(size_t max_packets, size_t max_bytes, bool coalesced)
+    : max_bytes_(coalesced ? std::max<size_t>(max_bytes, size_t{1} << 16) : max_bytes),
+      coalesced_(coalesced),
+      buffers_(max_packets * max_bytes_),
       sources_(max_packets),
       iov_(max_packets),
-      headers_(max_packets) {
+      headers_(max_packets),
+      control_(coalesced ? max_packets * kGroControlWords : 0),
+      segments_(max_packets * (coalesced ? kMaxSegments : 1)) {
   for (size_t i = 0; i < max_packets; ++i) {
-    iov_[i] = iovec{&buffers_[i * max_bytes], max_bytes};
+    iov_[i] = iovec{&buffers_[i * max_bytes_], max_bytes_};
     headers_[i] = mmsghdr{};
     headers_[i].msg_hdr.msg_name = &sources_[i];
     headers_[i].msg_hdr.msg_iov = &iov_[i];
     headers_[i].msg_hdr.msg_iovlen = 1;
+    if (coalesced) headers_[i].msg_hdr.msg_control = &control_[i * kGroControlWords];
   }
 }
 
@@ -122,17 +144,63 @@ int RecvBatch::Receive(int fd) {
   for (size_t i = 0; i < headers_.size(); ++i) {
     headers_[i].msg_hdr.msg_namelen = sizeof(sockaddr_in);
     headers_[i].msg_hdr.msg_flags = 0;
+    if (coalesced_) headers_[i].msg_hdr.msg_controllen = kGroControlWords * 8;
   }
   const int n = recvmmsg(fd, headers_.data(), unsigned(headers_.size()), MSG_DONTWAIT, nullptr);
-  return n < 0 ? 0 : n;  // EAGAIN, or an ICMP error surfaced on a connected socket
+  if (n <= 0) return 0;  // EAGAIN, or an ICMP error surfaced on a connected socket
+  size_t count = 0;
+  for (int m = 0; m < n; ++m) {
+    int segment_size = 0;
+    if (coalesced_) {
+      msghdr& h = headers_[m].msg_hdr;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO &&
+            c->cmsg_len >= CMSG_LEN(sizeof(int))) {
+          std::memcpy(&segment_size, CMSG_DATA(c), sizeof(int));
+        }
+      }
+    }
+    const size_t k = Split(headers_[m].msg_len, segment_size, uint32_t(m),
+                           uint32_t(size_t(m) * max_bytes_), &segments_[count]);
+    coalesced_received_ += k > 1;
+    count += k;
+  }
+  return int(count);
+}
+
+size_t RecvBatch::Split(size_t length, int segment_size, uint32_t message, uint32_t base,
+                        Segment* out) {
+  if (segment_size <= 0 || size_t(segment_size) >= length) {
+    out[0] = {base, uint32_t(length), message};
+    return 1;
+  }
+  const size_t size = size_t(segment_size);
+  size_t n = 0;
+  for (size_t offset = 0; offset < length; offset += size) {
+    if (n == kMaxSegments) {  // more than the kernel ever coalesces: the rest as one tail
+      out[n - 1].length += uint32_t(length - offset);
+      break;
+    }
+    out[n++] = {base + uint32_t(offset), uint32_t(std::min(size, length - offset)), message};
+  }
+  return n;
 }
 
 SendBatch::SendBatch(size_t max_packets, size_t max_bytes)
     : max_bytes_(max_bytes),
       buffers_(max_packets * max_bytes),
       dests_(max_packets),
+      has_dest_(max_packets),
       iov_(max_packets),
-      headers_(max_packets) {}
+      headers_(max_packets),
+      ones_(max_packets, 1),
+      next_(max_packets),
+      run_first_(max_packets),
+      run_last_(max_packets),
+      run_iov_(max_packets),
+      run_headers_(max_packets),
+      run_counts_(max_packets),
+      run_control_(max_packets * kGsoControlWords) {}
 
 std::span<uint8_t> SendBatch::Claim(int fd) {
   if (count_ == headers_.size()) Flush(fd);
@@ -159,42 +227,144 @@ void SendBatch::AddRef(int fd, std::span<const uint8_t> bytes, const sockaddr_in
 
 void SendBatch::Queue(uint8_t* bytes, size_t length, const sockaddr_in* dest) {
   iov_[count_] = iovec{bytes, length};
-  headers_[count_] = mmsghdr{};
-  if (dest != nullptr) {
-    dests_[count_] = *dest;
-    headers_[count_].msg_hdr.msg_name = &dests_[count_];
-    headers_[count_].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-  }
-  headers_[count_].msg_hdr.msg_iov = &iov_[count_];
-  headers_[count_].msg_hdr.msg_iovlen = 1;
+  has_dest_[count_] = dest != nullptr;
+  if (dest != nullptr) dests_[count_] = *dest;
   ++count_;
 }
 
-void SendBatch::Flush(int fd) {
+size_t SendBatch::Send(int fd, mmsghdr* headers, const uint32_t* counts, size_t n, bool* refused) {
   size_t done = 0;
   int waits = 0;
-  while (done < count_) {
-    const int n = sendmmsg(fd, &headers_[done], unsigned(count_ - done), MSG_DONTWAIT);
-    if (n > 0) {
-      done += size_t(n);
-      sent_ += uint64_t(n);
+  while (done < n) {
+    const int k = sendmmsg(fd, headers + done, unsigned(n - done), MSG_DONTWAIT);
+    if (k > 0) {
+      for (size_t i = done; i < done + size_t(k); ++i) {
+        sent_ += counts[i];
+        super_datagrams_ += counts[i] > 1;
+      }
+      done += size_t(k);
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) && waits < 10) {
+    const bool full = errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS;
+    if (k < 0 && full && waits < 10) {
       pollfd p{fd, POLLOUT, 0};
       poll(&p, 1, 1);
       ++waits;
       continue;
     }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS) {
-      // e.g. ECONNREFUSED from an earlier ICMP error: this one datagram is lost.
-      ++dropped_;
+    if (k < 0 && counts[done] > 1 && (errno == EIO || errno == EINVAL)) {
+      *refused = true;  // this kernel, route or device does not segment UDP
+      return done;
+    }
+    if (k < 0 && !full) {
+      // e.g. ECONNREFUSED from an earlier ICMP error: this send is lost.
+      dropped_ += counts[done];
       ++done;
       continue;
     }
     break;
   }
-  dropped_ += count_ - done;
+  for (size_t i = done; i < n; ++i) dropped_ += counts[i];
+  return n;
+}
+
+size_t SendBatch::BuildRuns() {
+  auto same_dest = [this](uint32_t a, uint32_t b) {
+    return has_dest_[a] == has_dest_[b] && (!has_dest_[a] || SameAddress(dests_[a], dests_[b]));
+  };
+  // Chain the datagrams of each destination, in queue order.
+  size_t dests = 0;
+  for (uint32_t i = 0; i < count_; ++i) {
+    size_t d = 0;
+    while (d < dests && !same_dest(run_first_[d], i)) ++d;
+    if (d == dests) {
+      run_first_[dests++] = i;
+    } else {
+      next_[run_last_[d]] = i;
+    }
+    run_last_[d] = i;
+    next_[i] = kEnd;
+  }
+  // Cut each chain into super-datagrams of equal segments (the last may be
+  // shorter), at most kMaxSegments and kMaxSuperDatagramBytes each.
+  size_t runs = 0, used = 0;
+  for (size_t d = 0; d < dests; ++d) {
+    for (uint32_t i = run_first_[d]; i != kEnd;) {
+      const uint32_t first = i;
+      const size_t segment = iov_[i].iov_len, first_iov = used;
+      size_t bytes = 0, n = 0;
+      while (i != kEnd && n < kMaxSegments && iov_[i].iov_len <= segment &&
+             bytes + iov_[i].iov_len <= kMaxSuperDatagramBytes) {
+        const bool shorter = iov_[i].iov_len < segment;
+        bytes += iov_[i].iov_len;
+        run_iov_[used++] = iov_[i];
+        ++n;
+        i = next_[i];
+        if (shorter) break;
+      }
+      mmsghdr& h = run_headers_[runs];
+      h = mmsghdr{};
+      if (has_dest_[first]) {
+        h.msg_hdr.msg_name = &dests_[first];
+        h.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      }
+      h.msg_hdr.msg_iov = &run_iov_[first_iov];
+      h.msg_hdr.msg_iovlen = n;
+      if (n > 1) {
+        h.msg_hdr.msg_control = &run_control_[runs * kGsoControlWords];
+        h.msg_hdr.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
+        cmsghdr* c = CMSG_FIRSTHDR(&h.msg_hdr);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const auto size = uint16_t(segment);
+        std::memcpy(CMSG_DATA(c), &size, sizeof(size));
+      }
+      run_counts_[runs++] = uint32_t(n);
+    }
+  }
+  return runs;
+}
+
+void SendBatch::Flush(int fd) {
+  if (count_ == 0) return;
+  size_t n = 0;  // plain headers (one datagram each) to send below
+  if (segmentation_ && count_ > 1) {
+    const size_t runs = BuildRuns();
+    bool refused = false;
+    const size_t done = Send(fd, run_headers_.data(), run_counts_.data(), runs, &refused);
+    if (!refused) {
+      count_ = 0;
+      return;
+    }
+    // The kernel does not segment here: the rest goes one by one, and so
+    // does everything after.
+    segmentation_ = false;
+    for (size_t r = done; r < runs; ++r) {
+      const msghdr& run = run_headers_[r].msg_hdr;
+      for (size_t j = 0; j < run.msg_iovlen; ++j) {
+        mmsghdr& h = headers_[n++];
+        h = mmsghdr{};
+        h.msg_hdr.msg_name = run.msg_name;
+        h.msg_hdr.msg_namelen = run.msg_namelen;
+        h.msg_hdr.msg_iov = &run.msg_iov[j];
+        h.msg_hdr.msg_iovlen = 1;
+      }
+    }
+  } else {
+    for (size_t i = 0; i < count_; ++i) {
+      mmsghdr& h = headers_[n++];
+      h = mmsghdr{};
+      if (has_dest_[i]) {
+        h.msg_hdr.msg_name = &dests_[i];
+        h.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      }
+      h.msg_hdr.msg_iov = &iov_[i];
+      h.msg_hdr.msg_iovlen = 1;
+    }
+  }
+  bool refused = false;
+  Send(fd, headers_.data(), ones_.data(), n, &refused);
   count_ = 0;
 }
 

@@ -55,25 +55,66 @@ inline size_t ReceiveBatchPackets(size_t packet_bytes) {
   return fit < 8 ? 8 : fit > 64 ? 64 : fit;
 }
 
+// UDP offloads (Linux): segmentation on send (UDP_SEGMENT, "GSO": one
+// super-datagram of up to 64 equal segments that the kernel or the NIC cuts)
+// and coalescing on receive (UDP_GRO: the kernel hands over runs of
+// datagrams from one sender as one buffer plus the segment size).
+// True if the kernel takes UDP_SEGMENT on this socket (Linux 4.18+).
+bool SegmentationSupported(int fd);
+// Asks for coalesced receives; false if the kernel cannot (Linux 5.0+).
+bool EnableReceiveCoalescing(int fd);
+
+// The most segments one UDP_SEGMENT send or UDP_GRO receive carries.
+inline constexpr size_t kMaxSegments = 64;
+// The largest super-datagram: the IPv4 UDP payload limit.
+inline constexpr size_t kMaxSuperDatagramBytes = 65507;
+
 // Receives up to `max_packets` datagrams of up to `max_bytes` each per call.
+// With `coalesced` (the socket has EnableReceiveCoalescing), each of the
+// `max_packets` buffers takes a whole super-datagram, which Receive() splits
+// into its segments by the segment size the kernel reports, the last one
+// possibly shorter; packet(i) then indexes segments.
 class RecvBatch {
  public:
-  RecvBatch(size_t max_packets, size_t max_bytes);
-  // Returns the number of datagrams received (0 when none is waiting).
+  RecvBatch(size_t max_packets, size_t max_bytes, bool coalesced = false);
+  // Returns the number of datagrams (segments) received (0 when none is waiting).
   int Receive(int fd);
   std::span<const uint8_t> packet(int i) const {
-    return {&buffers_[size_t(i) * max_bytes_], size_t(headers_[i].msg_len)};
+    return {&buffers_[segments_[i].offset], segments_[i].length};
   }
-  const sockaddr_in& source(int i) const { return sources_[i]; }
-  // True if datagram i was longer than max_bytes (then it is cut short).
-  bool truncated(int i) const { return headers_[i].msg_hdr.msg_flags & MSG_TRUNC; }
+  const sockaddr_in& source(int i) const { return sources_[segments_[i].message]; }
+  // True if datagram i was longer than its buffer (then it is cut short).
+  bool truncated(int i) const {
+    return headers_[segments_[i].message].msg_hdr.msg_flags & MSG_TRUNC;
+  }
+  bool coalesced() const { return coalesced_; }
+  // Super-datagrams received (2 segments or more), for counters and tests.
+  uint64_t coalesced_received() const { return coalesced_received_; }
+
+  // Splits a received buffer of `length` bytes into segments of
+  // `segment_size` (0: not coalesced), the last one possibly shorter. A
+  // segment size of 0 or not below the length gives one segment; the count
+  // is capped at kMaxSegments (the rest is counted as one truncated tail).
+  // Returns the number of segments written to `out` (offsets relative to the
+  // buffer). Public for tests.
+  struct Segment {
+    uint32_t offset;
+    uint32_t length;
+    uint32_t message;
+  };
+  static size_t Split(size_t length, int segment_size, uint32_t message, uint32_t base,
+                      Segment* out);
 
  private:
   size_t max_bytes_;
+  bool coalesced_;
   std::vector<uint8_t> buffers_;
   std::vector<sockaddr_in> sources_;
   std::vector<iovec> iov_;
   std::vector<mmsghdr> headers_;
+  std::vector<uint64_t> control_;  // one cmsg buffer per message (8-byte aligned)
+  std::vector<Segment> segments_;
+  uint64_t coalesced_received_ = 0;
 };
 
 // Collects datagrams and sends them with one sendmmsg per Flush().
@@ -101,22 +142,48 @@ class SendBatch {
   }
   // Sends everything queued. When the socket buffer is full it waits up to
   // ~1 ms for room, then drops the rest (the protocol retransmits).
+  // With segmentation on, the datagrams queued for each destination go as
+  // runs of equal size (the last of a run may be shorter), each run as one
+  // UDP_SEGMENT super-datagram; the order of datagrams to one destination
+  // is kept. If the kernel refuses segmentation on a send, it is turned off
+  // for this batch and the datagrams go one by one.
   void Flush(int fd);
+  // REQUIRES: SegmentationSupported() on the sockets this batch sends on.
+  void set_segmentation(bool on) { segmentation_ = on; }
+  bool segmentation() const { return segmentation_; }
   size_t pending() const { return count_; }
-  uint64_t sent() const { return sent_; }
+  uint64_t sent() const { return sent_; }          // datagrams (segments)
   uint64_t dropped() const { return dropped_; }
+  uint64_t super_datagrams() const { return super_datagrams_; }  // sends of 2+ segments
 
  private:
   void Queue(uint8_t* bytes, size_t length, const sockaddr_in* dest);
+  // Sends headers[0..n) (msg_len of each unused); counts[i] datagrams each.
+  // Returns how many headers went; sets *refused if the kernel refused a
+  // segmented send (EIO, EINVAL).
+  size_t Send(int fd, mmsghdr* headers, const uint32_t* counts, size_t n, bool* refused);
+  // Builds runs per destination into run_headers_; returns their number.
+  size_t BuildRuns();
 
   size_t max_bytes_;
   size_t count_ = 0;
+  bool segmentation_ = false;
   std::vector<uint8_t> buffers_;
   std::vector<sockaddr_in> dests_;
+  std::vector<uint8_t> has_dest_;
   std::vector<iovec> iov_;
   std::vector<mmsghdr> headers_;
+  std::vector<uint32_t> ones_;  // counts of 1 for the plain path
+  // Segmentation: datagrams regrouped per destination.
+  std::vector<uint32_t> next_;      // next queued datagram to the same destination
+  std::vector<uint32_t> run_first_, run_last_;
+  std::vector<iovec> run_iov_;
+  std::vector<mmsghdr> run_headers_;
+  std::vector<uint32_t> run_counts_;
+  std::vector<uint64_t> run_control_;  // one cmsg buffer per super-datagram
   uint64_t sent_ = 0;
   uint64_t dropped_ = 0;
+  uint64_t super_datagrams_ = 0;
 };
 
 }  // namespace switchml::net

@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <future>
 
 #include "net/busy_poll.h"
@@ -11,20 +12,36 @@
 namespace switchml {
 namespace {
 constexpr size_t kBatch = 64;
+// With coalescing, 4 buffers of 64 KiB; each may hold 64 datagrams.
+constexpr size_t kCoalescedBuffers = 4;
+// The most datagrams one receive call returns either way.
+constexpr size_t kMaxReceived = std::max(kBatch, kCoalescedBuffers * net::kMaxSegments);
 }  // namespace
 
 DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard,
-                       uint16_t shards, std::chrono::microseconds busy_poll)
+                       uint16_t shards, std::chrono::microseconds busy_poll, bool udp_offload)
     : data_plane_(config),
       registry_(&data_plane_),
       handler_(&data_plane_, shard, shards),
       busy_poll_(busy_poll),
       socket_(std::move(socket)),
+      coalescing_(udp_offload && net::EnableReceiveCoalescing(socket_.fd())),
       // One extra byte tells a datagram that is too long from one that fits.
-      recv_(kBatch, MaxPacketBytes(config.max_elements_per_packet) + 1),
-      send_(kBatch * config.max_workers, 0),
-      out_(kBatch * MaxPacketBytes(config.max_elements_per_packet)),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      // Coalesced, each buffer takes up to 64 datagrams.
+      recv_(coalescing_ ? kCoalescedBuffers : kBatch,
+            MaxPacketBytes(config.max_elements_per_packet) + 1, coalescing_),
+      send_(kMaxReceived * config.max_workers, 0),
+      out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)),
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  send_.set_segmentation(udp_offload && net::SegmentationSupported(socket_.fd()));
+}
+
+std::string DataThread::offload() const {
+  if (coalescing_ && send_.segmentation()) return "segmentation and coalescing";
+  if (coalescing_) return "coalescing only";
+  if (send_.segmentation()) return "segmentation only";
+  return "off";
+}
 
 DataThread::~DataThread() {
   Stop();

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <optional>
+#include <string>
 
 #include "net/packet_auth.h"
 #include "net/udp_socket.h"
@@ -32,8 +33,11 @@ class DataThread : private ReplySink {
   // t % shards == shard (each worker thread sends to one shard's socket).
   // Out of packets, it polls its socket for `busy_poll` before it sleeps
   // (net/busy_poll.h).
+  // With `udp_offload`, it receives coalesced and sends segmented where the
+  // kernel can (SwitchConfig::udp_offload).
   DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard = 0,
-             uint16_t shards = 1, std::chrono::microseconds busy_poll = {});
+             uint16_t shards = 1, std::chrono::microseconds busy_poll = {},
+             bool udp_offload = false);
   ~DataThread();  // Stop()s
   DataThread(const DataThread&) = delete;
   DataThread& operator=(const DataThread&) = delete;
@@ -56,6 +60,8 @@ class DataThread : private ReplySink {
                      std::move(result_groups));
   }
   void RemoveAddresses(JobId id) { handler_.Remove(id); }
+  // What the kernel granted: "segmentation and coalescing", ..., or "off".
+  std::string offload() const;
   uint64_t packets_sent() const { return send_.sent(); }
   uint64_t send_errors() const { return send_.dropped(); }
 
@@ -71,6 +77,7 @@ class DataThread : private ReplySink {
   PacketHandler handler_;
   std::chrono::microseconds busy_poll_;
   net::UdpSocket socket_;
+  bool coalescing_;
   net::RecvBatch recv_;
   net::SendBatch send_;
   std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch

@@ -40,6 +40,12 @@ bool PacketHandler::Installed(JobId id) const {
 
 bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& source,
                            std::span<uint8_t> out, ReplySink& sink) {
+  // Longer than any packet this switch takes (with coalesced receives the
+  // buffer no longer cuts it short): malformed, as a cut one would be.
+  if (packet.size() > MaxPacketBytes(data_plane_->config().max_elements_per_packet)) {
+    data_plane_->CountDecodeError(DecodeError::kLengthMismatch);
+    return false;
+  }
   PacketView view;
   if (const DecodeError e = DecodePacket(packet, &view); e != DecodeError::kOk) {
     data_plane_->CountDecodeError(e);

@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
     impl->shards.push_back(std::make_unique<DataThread>(
         config.data_plane, std::move(socket).value(), s, config.data_threads,
-        std::chrono::microseconds(config.busy_poll_us)));
+        std::chrono::microseconds(config.busy_poll_us), config.udp_offload));
     shards.push_back(impl->shards.back().get());
   }
   impl->config.result_multicast = config.result_multicast;
@@ -156,10 +156,11 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
   }
   for (auto& shard : impl->shards) shard->Start();
   spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
-               "elements, up to {} workers per job",
+               "elements, up to {} workers per job; UDP offload: {}",
                listen.substr(0, listen.rfind(':')), impl->control_port,
                listen.substr(0, listen.rfind(':')), PortList(impl->data_ports), config.data_plane.pool_slots,
-               config.data_plane.max_elements_per_packet, config.data_plane.max_workers);
+               config.data_plane.max_elements_per_packet, config.data_plane.max_workers,
+               impl->shards[0]->offload());
   return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
 }
 
