@@ -46,6 +46,26 @@ std::unique_ptr<DataPlane> SwitchWithJob(uint16_t world, uint16_t slots) {
   return dp;
 }
 
+// Runs `e` at each of its deadlines until `called` (set by its operation's
+// callback), at most 200 ms: every packet it sent reaches `dp`, and pending
+// answers come back. Returns the time it stopped.
+Nanos RunUntilCalled(WorkerEngine& e, DataPlane& dp, RecordingSink& sink, const bool& called) {
+  std::vector<uint8_t> out(PacketBytes(32));
+  Nanos now(0);
+  size_t delivered = 0;
+  while (!called && now < milliseconds(200)) {
+    now = e.NextDeadline();
+    e.OnTimer(now, sink);
+    for (; delivered < sink.sent.size(); ++delivered) {
+      const Verdict v = dp.Process(sink.sent[delivered], out);
+      if (v.action == Action::kPendingToSender) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+      }
+    }
+  }
+  return now;
+}
+
 TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   WorkerEngineConfig c = Config(2, 2, 4);
   EXPECT_NE(c.Validate().message().find("rank=2"), std::string::npos);
@@ -174,18 +194,8 @@ TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
   std::vector<uint8_t> peer = sink.sent[0];
   peer[13] = 1;  // same packet from rank 1
   dp.Process(peer, out);
-  size_t delivered = 0;
-  while (!called) {
-    now = e.NextDeadline();
-    ASSERT_LT(now, milliseconds(200));
-    e.OnTimer(now, sink);
-    for (; delivered < sink.sent.size(); ++delivered) {
-      const Verdict v = dp.Process(sink.sent[delivered], out);
-      if (v.action == Action::kPendingToSender) {
-        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
-      }
-    }
-  }
+  now = RunUntilCalled(e, dp, sink, called);
+  ASSERT_TRUE(called);
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
       << result.message();
@@ -218,18 +228,8 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
   std::vector<uint8_t> peer = sink.sent[0];
   peer[13] = 1;
   sw->Process(peer, out);
-  size_t delivered = 0;
-  while (!called) {
-    now = e.NextDeadline();
-    ASSERT_LT(now, milliseconds(200));
-    e.OnTimer(now, sink);
-    for (; delivered < sink.sent.size(); ++delivered) {
-      const Verdict v = sw->Process(sink.sent[delivered], out);
-      if (v.action == Action::kPendingToSender) {
-        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
-      }
-    }
-  }
+  now = RunUntilCalled(e, *sw, sink, called);
+  ASSERT_TRUE(called);
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
       << result.message();
