@@ -9,6 +9,10 @@
 // the server thread, so the figure is "packets per core-second" even where
 // the generator, not the server, sets the pace. Prints one JSON object.
 //
+// --udp-offload (default true) lets the switch and the generator use UDP
+// segmentation and coalescing, as they do by default; the echo server stays
+// a plain recvmmsg/sendmmsg loop, the kernel's per-datagram baseline.
+//
 // --shards N runs N servers of each kind at once, as the sharded switch
 // (--data-threads N) does: each with its own socket and pool and its own
 // generator thread; the figures are summed over the shards. Packets per
@@ -91,16 +95,24 @@ class EchoServer {
   std::thread thread_;
 };
 
-// Plays the workers; returns the answers received in `seconds`.
+// Plays the workers; returns the answers received in `seconds`. Each worker
+// sends the contributions that one receive batch's answers released as one
+// batch, with UDP segmentation and coalescing when `offload`.
 uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& server, uint32_t job,
-                  uint16_t slots, uint16_t k, double seconds) {
+                  uint16_t slots, uint16_t k, double seconds, bool offload) {
   const size_t n = workers.size();
   std::vector<uint8_t> packet(PacketBytes(k), 0);
   std::vector<uint32_t> chunk(slots);
   std::vector<uint16_t> answered(slots, 0);
   for (uint16_t s = 0; s < slots; ++s) chunk[s] = s;
-  net::SendBatch send(kBatch, packet.size());
-  net::RecvBatch recv(kBatch, MaxPacketBytes(k) + 1);
+  std::vector<net::SendBatch> sends;
+  bool coalesced = offload;
+  for (auto& w : workers) {
+    sends.emplace_back(kBatch, packet.size());
+    sends.back().set_segmentation(offload && net::SegmentationSupported(w.fd()));
+    coalesced = coalesced && net::EnableReceiveCoalescing(w.fd());
+  }
+  net::RecvBatch recv(coalesced ? 4 : kBatch, MaxPacketBytes(k) + 1, coalesced);
   auto contribute = [&](uint16_t s) {
     for (size_t w = 0; w < n; ++w) {
       PacketHeader h;
@@ -111,11 +123,14 @@ uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& serve
       h.element_count = k;
       h.version = uint8_t((chunk[s] / slots) % 2);
       EncodeHeader(h, packet);
-      send.Add(workers[w].fd(), packet, &server);
-      send.Flush(workers[w].fd());
+      sends[w].Add(workers[w].fd(), packet, &server);
     }
   };
+  auto flush = [&] {
+    for (size_t w = 0; w < n; ++w) sends[w].Flush(workers[w].fd());
+  };
   for (uint16_t s = 0; s < slots; ++s) contribute(s);
+  flush();
   std::vector<pollfd> fds;
   for (auto& w : workers) fds.push_back({w.fd(), POLLIN, 0});
   uint64_t answers = 0;
@@ -123,6 +138,7 @@ uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& serve
   while (Clock::now() < end) {
     if (poll(fds.data(), fds.size(), 200) <= 0) {
       for (uint16_t s = 0; s < slots; ++s) contribute(s);  // a lost packet: go again
+      flush();
       continue;
     }
     for (size_t w = 0; w < n; ++w) {
@@ -139,6 +155,7 @@ uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& serve
             contribute(s);
           }
         }
+        flush();
       }
     }
   }
@@ -162,14 +179,14 @@ std::vector<net::UdpSocket> WorkerSockets(int n) {
 template <typename CpuSeconds>
 Result Drive(const std::vector<sockaddr_in>& servers, const std::vector<uint32_t>& jobs,
              std::vector<std::vector<net::UdpSocket>>& workers, uint16_t slots, uint16_t k,
-             double seconds, CpuSeconds cpu_seconds) {
+             double seconds, bool offload, CpuSeconds cpu_seconds) {
   std::vector<uint64_t> answers(servers.size());
   const double cpu0 = cpu_seconds();
   const auto t0 = Clock::now();
   std::vector<std::thread> generators;
   for (size_t g = 0; g < servers.size(); ++g) {
     generators.emplace_back([&, g] {
-      answers[g] = Generate(workers[g], servers[g], jobs[g], slots, k, seconds);
+      answers[g] = Generate(workers[g], servers[g], jobs[g], slots, k, seconds, offload);
     });
   }
   for (auto& t : generators) t.join();
@@ -180,7 +197,8 @@ Result Drive(const std::vector<sockaddr_in>& servers, const std::vector<uint32_t
   return {double(total) / cpu, cpu / wall, double(total) / wall};
 }
 
-Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
+// The echo server stays plain (no offloads): the kernel's per-datagram cost.
+Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds, bool offload) {
   std::vector<std::unique_ptr<EchoServer>> echo;
   std::vector<sockaddr_in> servers;
   std::vector<std::vector<net::UdpSocket>> workers;
@@ -191,7 +209,7 @@ Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
     workers.push_back(WorkerSockets(n));
   }
   const Result r = Drive(servers, std::vector<uint32_t>(size_t(shards), 1), workers, slots, k,
-                         seconds, [&] {
+                         seconds, offload, [&] {
                            double cpu = 0;
                            for (auto& e : echo) cpu += e->cpu_seconds();
                            return cpu;
@@ -202,7 +220,7 @@ Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
 
 // `shards` data threads as the sharded switch runs them: each its own socket
 // and pool, nothing shared.
-Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds) {
+Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, bool offload) {
   DataPlaneConfig config;
   config.pool_slots = slots;
   config.max_elements_per_packet = k;
@@ -215,7 +233,8 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds) 
   for (int i = 0; i < shards; ++i) {
     auto socket = net::UdpSocket::Bind(Loopback(), 8 << 20).value();
     servers.push_back(socket.LocalAddress());
-    data.push_back(std::make_unique<DataThread>(config, std::move(socket)));
+    data.push_back(std::make_unique<DataThread>(config, std::move(socket), 0, 1,
+                                                std::chrono::microseconds(0), offload));
     workers.push_back(WorkerSockets(n));
     DataThread& shard = *data.back();
     shard.Start();
@@ -233,7 +252,7 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds) 
     jobs.push_back(id.value());
   }
   // Each result answers one contribution: one packet in, one out, as echo.
-  const Result r = Drive(servers, jobs, workers, slots, k, seconds, [&] {
+  const Result r = Drive(servers, jobs, workers, slots, k, seconds, offload, [&] {
     double cpu = 0;
     for (clockid_t c : clocks) cpu += ThreadCpuSeconds(c);
     return cpu;
@@ -254,6 +273,7 @@ int main(int argc, char** argv) {
   int workers = 2, rounds = 3, shards = 1;
   uint16_t slots = 64, k = 256;
   double seconds = 2;
+  bool offload = true;
   app.add_option("--workers", workers, "workers the generator plays")->check(CLI::Range(1, 64));
   app.add_option("--slots", slots, "slots in flight")->check(CLI::Range(1, 4096));
   app.add_option("--elements-per-packet", k, "int32 values per packet")->check(CLI::Range(1, 8192));
@@ -262,12 +282,15 @@ int main(int argc, char** argv) {
   app.add_option("--shards", shards,
                  "server threads, each with its own socket, pool and generator thread")
       ->check(CLI::Range(1, 64));
+  app.add_option("--udp-offload", offload,
+                 "the switch and the generator use UDP segmentation and coalescing (the echo "
+                 "server never does)");
   CLI11_PARSE(app, argc, argv);
 
   std::vector<double> sw, echo, sw_load, echo_load, sw_pps, echo_pps;
   for (int r = 0; r < rounds; ++r) {
-    const Result e = RunEcho(workers, shards, slots, k, seconds);
-    const Result s = RunSwitch(workers, shards, slots, k, seconds);
+    const Result e = RunEcho(workers, shards, slots, k, seconds, offload);
+    const Result s = RunSwitch(workers, shards, slots, k, seconds, offload);
     echo.push_back(e.pps_per_core);
     echo_load.push_back(e.cpu_load);
     echo_pps.push_back(e.pps);
@@ -286,6 +309,7 @@ int main(int argc, char** argv) {
   j["shards"] = shards;
   j["slots"] = slots;
   j["elements_per_packet"] = k;
+  j["udp_offload"] = offload;
   j["packet_bytes"] = PacketBytes(k);
   j["switch_packets_per_core_second"] = Median(sw);
   j["echo_packets_per_core_second"] = Median(echo);
