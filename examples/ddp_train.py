@@ -8,7 +8,12 @@ with gloo, and print the loss per epoch and the time per step side by side.
 The only switchml-specific lines are `import switchml_torch` and the backend
 name; SWITCHML_SWITCH_ADDRESS points at the switch (this script starts one
 from build/ when it is not set).
+
+With --rank it runs one rank of one backend only (as on a cluster, one
+process per host; bench/netns_ddp does that in an emulated rack), and rank 0
+prints one JSON line: backend, losses, median time per step.
 """
+import json
 import argparse
 import os
 import socket
@@ -25,7 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def train(rank, world, port, backend, args, results):
     import switchml_torch  # noqa: F401  registers "switchml"
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR=args.master_addr, MASTER_PORT=str(port))
     dist.init_process_group(backend, rank=rank, world_size=world)
     torch.set_num_threads(1)  # one core's worth per rank: ranks share this machine
     torch.manual_seed(0)
@@ -75,7 +80,21 @@ def main():
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--bin", default=os.path.join(HERE, "..", "build"), help="where switchml-switch is")
+    p.add_argument("--rank", type=int, help="run only this rank (with --backend, --master-port)")
+    p.add_argument("--backend", default="switchml", choices=["switchml", "gloo"])
+    p.add_argument("--master-addr", default="127.0.0.1", help="rank 0's address (the store)")
+    p.add_argument("--master-port", type=int, default=29500)
     args = p.parse_args()
+
+    if args.rank is not None:
+        # One rank of a job whose other ranks run elsewhere; the switch runs elsewhere too.
+        class Results:
+            def put(self, item):
+                backend, losses, step = item
+                print(json.dumps({"backend": backend, "workers": args.workers, "losses": losses,
+                                  "median_step_s": step}), flush=True)
+        train(args.rank, args.workers, args.master_port, args.backend, args, Results())
+        return
 
     switch = None
     if "SWITCHML_SWITCH_ADDRESS" not in os.environ:
