@@ -22,6 +22,16 @@ constexpr size_t kGroControlWords = (CMSG_SPACE(sizeof(int)) + 7) / 8;
 constexpr size_t kGsoControlWords = (CMSG_SPACE(sizeof(uint16_t)) + 7) / 8;
 constexpr uint32_t kEnd = UINT32_MAX;
 
+// A header for one datagram: `iov` to `name` (null on a connected socket).
+mmsghdr SingleDatagram(void* name, socklen_t namelen, iovec* iov) {
+  mmsghdr h{};
+  h.msg_hdr.msg_name = name;
+  h.msg_hdr.msg_namelen = namelen;
+  h.msg_hdr.msg_iov = iov;
+  h.msg_hdr.msg_iovlen = 1;
+  return h;
+}
+
 void SetBuffer(int fd, int option, int force_option, int bytes) {
   // The forced variant ignores net.core.[rw]mem_max but needs CAP_NET_ADMIN.
   if (setsockopt(fd, SOL_SOCKET, force_option, &bytes, sizeof(bytes)) != 0) {
@@ -343,24 +353,13 @@ void SendBatch::Flush(int fd) {
     for (size_t r = done; r < runs; ++r) {
       const msghdr& run = run_headers_[r].msg_hdr;
       for (size_t j = 0; j < run.msg_iovlen; ++j) {
-        mmsghdr& h = headers_[n++];
-        h = mmsghdr{};
-        h.msg_hdr.msg_name = run.msg_name;
-        h.msg_hdr.msg_namelen = run.msg_namelen;
-        h.msg_hdr.msg_iov = &run.msg_iov[j];
-        h.msg_hdr.msg_iovlen = 1;
+        headers_[n++] = SingleDatagram(run.msg_name, run.msg_namelen, &run.msg_iov[j]);
       }
     }
   } else {
     for (size_t i = 0; i < count_; ++i) {
-      mmsghdr& h = headers_[n++];
-      h = mmsghdr{};
-      if (has_dest_[i]) {
-        h.msg_hdr.msg_name = &dests_[i];
-        h.msg_hdr.msg_namelen = sizeof(sockaddr_in);
-      }
-      h.msg_hdr.msg_iov = &iov_[i];
-      h.msg_hdr.msg_iovlen = 1;
+      headers_[n++] = has_dest_[i] ? SingleDatagram(&dests_[i], sizeof(sockaddr_in), &iov_[i])
+                                   : SingleDatagram(nullptr, 0, &iov_[i]);
     }
   }
   bool refused = false;

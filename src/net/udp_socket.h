@@ -87,7 +87,6 @@ class RecvBatch {
   bool truncated(int i) const {
     return headers_[segments_[i].message].msg_hdr.msg_flags & MSG_TRUNC;
   }
-  bool coalesced() const { return coalesced_; }
   // Super-datagrams received (2 segments or more), for counters and tests.
   uint64_t coalesced_received() const { return coalesced_received_; }
 
