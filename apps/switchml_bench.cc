@@ -60,6 +60,7 @@ constexpr ContextFlag kContextFlags[] = {
     {"--udp-offload", "udp_offload",
      "send segmented and receive coalesced datagrams (UDP GSO/GRO) where the kernel has them "
      "(true/false); with --local, the switch too"},
+    {"--transport", "transport", "how data packets travel: udp; with --local, the switch too"},
 };
 
 // No rank given anywhere (defaults < file < environment < flags).
@@ -165,6 +166,7 @@ int RunWorker(const Options& o) {
   j["retransmissions"] = c.retransmissions;
   j["fast_retransmissions"] = c.fast_retransmissions;
   j["udp_offload"] = config.udp_offload;
+  j["transport"] = config.transport;
   j["multicast_received"] = c.multicast_received;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;
@@ -194,7 +196,8 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
                                  "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
                                  "--max-elements-per-packet", "8192", "--pool-slots", "2048",
                                  "--busy-poll-us", std::to_string(config.value().busy_poll_us),
-                                 "--udp-offload", config.value().udp_offload ? "true" : "false"},
+                                 "--udp-offload", config.value().udp_offload ? "true" : "false",
+                                 "--transport", config.value().transport},
                                 nullptr);
   if (sw < 0) {
     std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());

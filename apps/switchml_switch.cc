@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--udp-offload", config.udp_offload,
                  "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
                  "has them (true/false)");
+  app.add_option("--transport", config.transport, "how data packets travel: udp (kernel UDP sockets)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(

@@ -32,13 +32,15 @@
 #include <memory>
 #include <thread>
 
-#include "net/udp_socket.h"
 #include "switch/data_thread.h"
 #include "switchml/wire_format.h"
+#include "transport/udp/udp_socket.h"
+#include "transport/udp/udp_transport.h"
 
 namespace {
 
 using namespace switchml;
+namespace udp = switchml::transport::udp;
 using Clock = std::chrono::steady_clock;
 constexpr size_t kBatch = 64;  // the switch's batch (src/switch/data_thread.cc)
 
@@ -59,7 +61,7 @@ sockaddr_in Loopback() {
 class EchoServer {
  public:
   explicit EchoServer(size_t packet_bytes)
-      : socket_(net::UdpSocket::Bind(Loopback(), 8 << 20).value()),
+      : socket_(udp::UdpSocket::Bind(Loopback(), 8 << 20).value()),
         recv_(kBatch, packet_bytes + 1),
         send_(kBatch, 0) {}
   void Start() {
@@ -87,9 +89,9 @@ class EchoServer {
   double cpu_seconds() const { return ThreadCpuSeconds(clock_); }
 
  private:
-  net::UdpSocket socket_;
-  net::RecvBatch recv_;
-  net::SendBatch send_;
+  udp::UdpSocket socket_;
+  udp::RecvBatch recv_;
+  udp::SendBatch send_;
   std::atomic<bool> stop_{false}, ready_{false};
   clockid_t clock_{};
   std::thread thread_;
@@ -98,21 +100,21 @@ class EchoServer {
 // Plays the workers; returns the answers received in `seconds`. Each worker
 // sends the contributions that one receive batch's answers released as one
 // batch, with UDP segmentation and coalescing when `offload`.
-uint64_t Generate(std::vector<net::UdpSocket>& workers, const sockaddr_in& server, uint32_t job,
+uint64_t Generate(std::vector<udp::UdpSocket>& workers, const sockaddr_in& server, uint32_t job,
                   uint16_t slots, uint16_t k, double seconds, bool offload) {
   const size_t n = workers.size();
   std::vector<uint8_t> packet(PacketBytes(k), 0);
   std::vector<uint32_t> chunk(slots);
   std::vector<uint16_t> answered(slots, 0);
   for (uint16_t s = 0; s < slots; ++s) chunk[s] = s;
-  std::vector<net::SendBatch> sends;
+  std::vector<udp::SendBatch> sends;
   bool coalesced = offload;
   for (auto& w : workers) {
     sends.emplace_back(kBatch, packet.size());
-    sends.back().set_segmentation(offload && net::SegmentationSupported(w.fd()));
-    coalesced = coalesced && net::EnableReceiveCoalescing(w.fd());
+    sends.back().set_segmentation(offload && udp::SegmentationSupported(w.fd()));
+    coalesced = coalesced && udp::EnableReceiveCoalescing(w.fd());
   }
-  net::RecvBatch recv(coalesced ? 4 : kBatch, MaxPacketBytes(k) + 1, coalesced);
+  udp::RecvBatch recv(coalesced ? 4 : kBatch, MaxPacketBytes(k) + 1, coalesced);
   auto contribute = [&](uint16_t s) {
     for (size_t w = 0; w < n; ++w) {
       PacketHeader h;
@@ -168,9 +170,9 @@ struct Result {
   double pps = 0;           // answers per second of wall time, all shards
 };
 
-std::vector<net::UdpSocket> WorkerSockets(int n) {
-  std::vector<net::UdpSocket> sockets;
-  for (int w = 0; w < n; ++w) sockets.push_back(net::UdpSocket::Bind(Loopback(), 8 << 20).value());
+std::vector<udp::UdpSocket> WorkerSockets(int n) {
+  std::vector<udp::UdpSocket> sockets;
+  for (int w = 0; w < n; ++w) sockets.push_back(udp::UdpSocket::Bind(Loopback(), 8 << 20).value());
   return sockets;
 }
 
@@ -178,7 +180,7 @@ std::vector<net::UdpSocket> WorkerSockets(int n) {
 // all at once; the servers' CPU time from `cpu_seconds`.
 template <typename CpuSeconds>
 Result Drive(const std::vector<sockaddr_in>& servers, const std::vector<uint32_t>& jobs,
-             std::vector<std::vector<net::UdpSocket>>& workers, uint16_t slots, uint16_t k,
+             std::vector<std::vector<udp::UdpSocket>>& workers, uint16_t slots, uint16_t k,
              double seconds, bool offload, CpuSeconds cpu_seconds) {
   std::vector<uint64_t> answers(servers.size());
   const double cpu0 = cpu_seconds();
@@ -201,7 +203,7 @@ Result Drive(const std::vector<sockaddr_in>& servers, const std::vector<uint32_t
 Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds, bool offload) {
   std::vector<std::unique_ptr<EchoServer>> echo;
   std::vector<sockaddr_in> servers;
-  std::vector<std::vector<net::UdpSocket>> workers;
+  std::vector<std::vector<udp::UdpSocket>> workers;
   for (int i = 0; i < shards; ++i) {
     echo.push_back(std::make_unique<EchoServer>(PacketBytes(k)));
     echo.back()->Start();
@@ -229,12 +231,14 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, 
   std::vector<sockaddr_in> servers;
   std::vector<uint32_t> jobs;
   std::vector<clockid_t> clocks(static_cast<size_t>(shards));
-  std::vector<std::vector<net::UdpSocket>> workers;
+  std::vector<std::vector<udp::UdpSocket>> workers;
+  udp::UdpTransport transport;
   for (int i = 0; i < shards; ++i) {
-    auto socket = net::UdpSocket::Bind(Loopback(), 8 << 20).value();
-    servers.push_back(socket.LocalAddress());
-    data.push_back(std::make_unique<DataThread>(config, std::move(socket), 0, 1,
-                                                std::chrono::microseconds(0), offload));
+    auto endpoint =
+        transport.Open(Loopback(), DataThread::EndpointOptions(config, 8 << 20, offload)).value();
+    servers.push_back(endpoint->local_address());
+    data.push_back(std::make_unique<DataThread>(config, std::move(endpoint), 0, 1,
+                                                std::chrono::microseconds(0)));
     workers.push_back(WorkerSockets(n));
     DataThread& shard = *data.back();
     shard.Start();

@@ -11,10 +11,10 @@
 #include <cmath>
 #include <random>
 
-#include "net/udp_socket.h"
 #include "net_test_util.h"
 #include "switch/result_group.h"
 #include "switchml/sim_cluster.h"
+#include "transport/udp/udp_socket.h"
 
 namespace switchml {
 namespace {
@@ -268,7 +268,7 @@ TEST(SwitchSecurity, ForgedResultsOnTheGroupsAreNotReceived) {
   ASSERT_EQ(sw->result_ports().size(), 1u);
   auto contexts = StartAll(Configs(*sw, "job", 2));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
-  auto stranger = net::UdpSocket::Bind(sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
+  auto stranger = transport::udp::UdpSocket::Bind(sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
   ASSERT_TRUE(stranger.ok());
   ASSERT_TRUE(stranger.value().SetHostLocalMulticast().ok());  // never off this host
   // Well-formed results of any early job id, to every group the job could have.

@@ -8,14 +8,16 @@
 
 #include "switchml/context.h"
 #include "switchml/switch_server.h"
+#include "transport/transport.h"
 
 namespace switchml::testing {
 
-// A switch on 127.0.0.1 with kernel-chosen ports, so tests run in parallel.
-inline std::unique_ptr<SwitchServer> StartSwitch(uint32_t pool_slots = 1024,
-                                                 uint16_t max_jobs = 16,
-                                                 uint16_t data_threads = 1,
-                                                 uint32_t busy_poll_us = SwitchConfig{}.busy_poll_us) {
+// A switch on 127.0.0.1 with kernel-chosen ports, so tests run in parallel;
+// over `transport` when given (else config.transport's, UDP).
+inline std::unique_ptr<SwitchServer> StartSwitch(
+    uint32_t pool_slots = 1024, uint16_t max_jobs = 16, uint16_t data_threads = 1,
+    uint32_t busy_poll_us = SwitchConfig{}.busy_poll_us,
+    std::shared_ptr<transport::Transport> transport = nullptr) {
   SwitchConfig config;
   config.data_threads = data_threads;
   config.busy_poll_us = busy_poll_us;
@@ -25,7 +27,7 @@ inline std::unique_ptr<SwitchServer> StartSwitch(uint32_t pool_slots = 1024,
   config.data_plane.pool_slots = pool_slots;
   config.data_plane.max_jobs = max_jobs;
   config.socket_buffer_bytes = 4 << 20;
-  auto server = SwitchServer::Start(config);
+  auto server = transport ? SwitchServer::Start(config, transport) : SwitchServer::Start(config);
   if (!server.ok()) return nullptr;
   return std::move(server).value();
 }
@@ -59,13 +61,14 @@ inline std::vector<ContextConfig> Configs(const SwitchServer& sw, const std::str
 // Starts `world` contexts concurrently (Start is a barrier) and returns them
 // in rank order; a failed start leaves nullptr and its status in `errors`.
 inline std::vector<std::unique_ptr<Context>> StartAll(
-    const std::vector<ContextConfig>& configs, std::vector<Status>* errors = nullptr) {
+    const std::vector<ContextConfig>& configs, std::vector<Status>* errors = nullptr,
+    std::shared_ptr<transport::Transport> transport = nullptr) {
   std::vector<std::unique_ptr<Context>> contexts(configs.size());
   std::vector<Status> status(configs.size());
   std::vector<std::thread> threads;
   for (size_t r = 0; r < configs.size(); ++r) {
     threads.emplace_back([&, r] {
-      auto c = Context::Start(configs[r]);
+      auto c = transport ? Context::Start(configs[r], transport) : Context::Start(configs[r]);
       if (c.ok()) {
         contexts[r] = std::move(c).value();
       } else {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "net/udp_socket.h"
+#include "transport/udp/udp_socket.h"
 
-namespace switchml::net {
+namespace switchml::transport::udp {
 namespace {
 
 using Datagram = std::vector<uint8_t>;
@@ -152,4 +152,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace switchml::net
+}  // namespace switchml::transport::udp

@@ -55,6 +55,8 @@ struct ContextConfig {
   // arrive coalesced (UDP_GRO), saving a trip through the kernel per packet.
   // false: one system-call entry per datagram, for A/B runs.
   bool udp_offload = true;
+  // How data packets travel: "udp" (kernel UDP sockets).
+  std::string transport = "udp";
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -29,6 +29,9 @@
 #include "switchml/types.h"
 
 namespace switchml {
+namespace transport {
+class Transport;  // src/transport/transport.h
+}
 
 // The handle of one asynchronous all-reduce.
 class Job {
@@ -75,6 +78,10 @@ class Context {
   // Validates `config`, joins the job at the switch (waiting for every rank
   // up to join_timeout_ms) and starts the I/O threads.
   static StatusOr<std::unique_ptr<Context>> Start(const ContextConfig& config);
+  // The same over a transport object instead of config.transport's: an
+  // embedder's own, or the in-process SimFabric of the tests.
+  static StatusOr<std::unique_ptr<Context>> Start(const ContextConfig& config,
+                                                  std::shared_ptr<transport::Transport> transport);
   ~Context();  // Stop()s
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

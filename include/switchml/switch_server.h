@@ -18,6 +18,9 @@
 #include "switchml/status.h"
 
 namespace switchml {
+namespace transport {
+class Transport;  // src/transport/transport.h
+}
 
 inline constexpr uint16_t kDefaultControlPort = 48800;
 inline constexpr uint16_t kDefaultDataPort = 48801;
@@ -59,6 +62,8 @@ struct SwitchConfig {
   // send each receive batch's results per destination as segmented
   // super-datagrams (UDP_SEGMENT). false: one datagram per system-call entry.
   bool udp_offload = true;
+  // How data packets travel: "udp" (kernel UDP sockets).
+  std::string transport = "udp";
   std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;
@@ -68,6 +73,10 @@ class SwitchServer {
  public:
   // Binds both ports and starts serving. Errors name the address or value.
   static StatusOr<std::unique_ptr<SwitchServer>> Start(const SwitchConfig& config);
+  // The same over a transport object instead of config.transport's: an
+  // embedder's own, or the in-process SimFabric of the tests.
+  static StatusOr<std::unique_ptr<SwitchServer>> Start(
+      const SwitchConfig& config, std::shared_ptr<transport::Transport> transport);
   ~SwitchServer();  // Stop()s
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;

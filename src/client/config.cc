@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include "net/packet_auth.h"
+#include "transport/transport.h"
 
 #include <cctype>
 #include <cstdio>
@@ -68,6 +69,7 @@ const Field kFields[] = {
      "send runs of packets as segmented super-datagrams and receive coalesced ones (UDP GSO/GRO) "
      "where the kernel has them",
      nullptr, nullptr, 0, 0, &ContextConfig::udp_offload},
+    {"transport", "how data packets travel: udp (kernel UDP sockets)", &ContextConfig::transport},
 };
 
 // A TOML basic string.
@@ -113,6 +115,7 @@ Status ContextConfig::Validate() const {
   }
   if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
+  if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
   if (!auth_key.empty()) {
     if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
   }

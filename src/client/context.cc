@@ -12,6 +12,7 @@
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
 #include "switchml/wire_format.h"
+#include "transport/transport.h"
 
 namespace switchml {
 
@@ -105,22 +106,20 @@ struct Context::Impl {
 
 namespace {
 
-// What the kernel's route to `peer` says: the local IPv4 address it would
-// send from and the path MTU (0 if unknown).
-struct Route {
-  in_addr local;
-  int mtu = 0;
-};
-StatusOr<Route> RouteToward(const sockaddr_in& peer) {
-  sockaddr_in any{};
-  any.sin_family = AF_INET;
-  auto probe = net::UdpSocket::Bind(any, 65536);
-  if (!probe.ok()) return probe.status();
-  if (Status s = probe.value().Connect(peer); !s.ok()) return s;
-  Route route{probe.value().LocalAddress().sin_addr};
-  socklen_t len = sizeof(route.mtu);
-  if (getsockopt(probe.value().fd(), IPPROTO_IP, IP_MTU, &route.mtu, &len) != 0) route.mtu = 0;
-  return route;
+// What an I/O thread's endpoints need: buffers for the largest packet the
+// job may use, receive batches sized to stay in cache (8 coalesced buffers).
+transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, size_t max_bytes) {
+  transport::EndpointOptions o;
+  o.max_datagram_bytes = max_bytes;
+  o.claim_buffers = true;
+  o.send_queue = 64;
+  // Up to 64 small datagrams per call (fewer system calls), but no more than
+  // 256 KiB of large ones, so a batch is still in cache when it is read.
+  o.receive_batch = std::clamp<size_t>((size_t{256} << 10) / max_bytes, 8, 64);
+  o.coalesced_buffers = 8;
+  o.socket_buffer_bytes = int(config.socket_buffer_bytes);
+  o.offload = config.udp_offload;
+  return o;
 }
 
 Status JoinError(const grpc::Status& s, const std::string& job) {
@@ -145,16 +144,25 @@ Status JoinError(const grpc::Status& s, const std::string& job) {
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   if (Status s = config.Validate(); !s.ok()) return s;
+  auto transport = transport::MakeTransport(config.transport);
+  if (!transport.ok()) return transport.status();
+  return Start(config, std::move(transport).value());
+}
+
+StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
+                                                  std::shared_ptr<transport::Transport> transport) {
+  if (Status s = config.Validate(); !s.ok()) return s;
+  if (transport == nullptr) return InvalidArgument("Context::Start needs a transport");
   auto control = net::ParseAddress(config.switch_address, kDefaultControlPort);
   if (!control.ok()) return control.status();
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->job = "job '" + config.job_name + "' at switch " + net::FormatAddress(control.value());
 
-  // One socket per thread, on the address that faces the switch.
+  // One endpoint per thread, on the address that faces the switch.
   // The data path is assumed to follow the control path's route; its MTU
   // bounds the packet size the switch may choose.
-  auto route = RouteToward(control.value());
+  auto route = transport->RouteToward(control.value());
   if (!route.ok()) return route.status();
   sockaddr_in local{};
   local.sin_family = AF_INET;
@@ -166,13 +174,15 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     local.sin_addr = route.value().local;
   }
   local.sin_port = 0;
-  std::vector<net::UdpSocket> sockets;
+  // Their buffers are sized once the switch has chosen the packet size.
+  std::vector<std::unique_ptr<transport::Endpoint>> endpoints;
   control::v1::JoinRequest request;
   for (uint32_t t = 0; t < config.threads; ++t) {
-    auto socket = net::UdpSocket::Bind(local, int(config.socket_buffer_bytes));
-    if (!socket.ok()) return socket.status();
-    request.add_data_addresses(net::FormatAddress(socket.value().LocalAddress()));
-    sockets.push_back(std::move(socket).value());
+    auto endpoint =
+        transport->Open(local, WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
+    if (!endpoint.ok()) return endpoint.status();
+    request.add_data_addresses(net::FormatAddress(endpoint.value()->local_address()));
+    endpoints.push_back(std::move(endpoint).value());
   }
   request.set_protocol_version(kWireVersion);
   request.set_job_name(config.job_name);
@@ -238,8 +248,11 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
     }
   }
 
+  const transport::EndpointOptions options =
+      WorkerEndpointOptions(config, MaxPacketBytes(a.elements_per_packet()));
+  for (auto& endpoint : endpoints) endpoint->Reconfigure(options);
   // With result groups, thread t also receives on group t (host-local).
-  std::vector<net::UdpSocket> group_sockets;
+  std::vector<std::unique_ptr<transport::Endpoint>> groups;
   if (a.result_groups_size() != 0) {
     if (!config.result_multicast || a.result_groups_size() != int(config.threads)) {
       return abandon(Status(StatusCode::kInternal,
@@ -252,10 +265,10 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
       Status failed = group.status();
       if (group.ok() && group.value().sin_port == 0) failed = InvalidArgument("no port");
       if (failed.ok()) {
-        auto socket = net::UdpSocket::JoinGroup(group.value(), in_addr{htonl(INADDR_LOOPBACK)},
-                                                int(config.socket_buffer_bytes));
-        failed = socket.status();
-        if (socket.ok()) group_sockets.push_back(std::move(socket).value());
+        auto endpoint =
+            transport->JoinGroup(group.value(), in_addr{htonl(INADDR_LOOPBACK)}, options);
+        failed = endpoint.status();
+        if (endpoint.ok()) groups.push_back(std::move(endpoint).value());
       }
       if (!failed.ok()) {
         return abandon(Status(StatusCode::kFailedPrecondition,
@@ -290,11 +303,9 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
       auth.emplace(*secret, a.auth_salt(), a.job_id(),
                    net::WorkerSenderId(uint16_t(config.rank), uint16_t(t)));
     }
-    net::UdpSocket group = group_sockets.empty() ? net::UdpSocket() : std::move(group_sockets[t]);
-    impl->workers.push_back(
-        std::make_unique<WorkerThread>(e, std::move(sockets[t]), std::move(group), auth,
-                                       std::chrono::microseconds(config.busy_poll_us),
-                                       config.udp_offload));
+    impl->workers.push_back(std::make_unique<WorkerThread>(
+        e, std::move(endpoints[t]), groups.empty() ? nullptr : std::move(groups[t]), auth,
+        std::chrono::microseconds(config.busy_poll_us)));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
   for (size_t t = 0; t < context->impl_->workers.size(); ++t) {

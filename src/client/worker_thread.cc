@@ -14,29 +14,22 @@
 namespace switchml {
 namespace {
 
-constexpr size_t kBatch = 64;
-// Receive buffers of 64 KiB each when the kernel coalesces (UDP_GRO).
-constexpr size_t kCoalescedBuffers = 8;
-
 Nanos Now() {
   return std::chrono::duration_cast<Nanos>(std::chrono::steady_clock::now().time_since_epoch());
 }
 
 }  // namespace
 
-// Batches the engine's packets for one sendmmsg on the connected socket. The
-// engine writes them straight into the batch's buffers (signed there when
+// Batches the engine's packets for one flush of the connected endpoint. The
+// engine writes them straight into the endpoint's buffers (signed there when
 // the job has a key).
 class WorkerThread::BatchSink : public PacketSink {
  public:
-  // `packet_bytes` has room for the MAC (MaxPacketBytes).
-  BatchSink(int fd, size_t packet_bytes, std::optional<net::PacketAuthenticator>& auth,
-            bool segmentation)
-      : fd_(fd), batch_(kBatch, packet_bytes), auth_(auth) {
-    batch_.set_segmentation(segmentation);
-  }
+  // The endpoint's buffers have room for the MAC (MaxPacketBytes).
+  BatchSink(transport::Endpoint& endpoint, std::optional<net::PacketAuthenticator>& auth)
+      : endpoint_(endpoint), auth_(auth) {}
   std::span<uint8_t> Claim(size_t bytes) override {
-    claimed_ = batch_.Claim(fd_);
+    claimed_ = endpoint_.Claim();
     return claimed_.first(std::min(bytes, claimed_.size()));
   }
   // REQUIRES: `packet` lies at the start of the buffer Claim() lent (the
@@ -45,35 +38,27 @@ class WorkerThread::BatchSink : public PacketSink {
     assert(packet.data() == claimed_.data() && packet.size() + kAuthTagBytes <= claimed_.size());
     uint8_t* buf = claimed_.data();
     claimed_ = {};
-    batch_.Commit(auth_ ? auth_->Sign(buf, packet.size()) : packet.size(), nullptr);
+    endpoint_.Commit(auth_ ? auth_->Sign(buf, packet.size()) : packet.size(), nullptr);
   }
-  void Flush() { batch_.Flush(fd_); }
+  void Flush() { endpoint_.Flush(); }
 
  private:
-  int fd_;
-  net::SendBatch batch_;
+  transport::Endpoint& endpoint_;
   std::span<uint8_t> claimed_;
   std::optional<net::PacketAuthenticator>& auth_;
 };
 
-WorkerThread::WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket,
-                           net::UdpSocket group,
+WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
+                           std::unique_ptr<transport::Endpoint> endpoint,
+                           std::unique_ptr<transport::Endpoint> group,
                            const std::optional<net::PacketAuthenticator>& auth,
-                           std::chrono::microseconds busy_poll, bool udp_offload)
+                           std::chrono::microseconds busy_poll)
     : engine_(engine),
-      socket_(std::move(socket)),
+      endpoint_(std::move(endpoint)),
       group_(std::move(group)),
       busy_poll_(busy_poll),
       auth_(auth),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (udp_offload) {
-    segmentation_ = net::SegmentationSupported(socket_.fd());
-    // One receive batch serves both sockets; a socket without coalescing
-    // just delivers single datagrams into it.
-    coalescing_ = net::EnableReceiveCoalescing(socket_.fd());
-    if (coalescing_ && group_.fd() >= 0) net::EnableReceiveCoalescing(group_.fd());
-  }
-}
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 WorkerThread::~WorkerThread() {
   Stop();
@@ -81,10 +66,10 @@ WorkerThread::~WorkerThread() {
 }
 
 Status WorkerThread::Start(const sockaddr_in& switch_data) {
-  if (Status s = socket_.Connect(switch_data); !s.ok()) return s;
-  // Only the switch's datagrams, as on the unicast socket.
-  if (group_.fd() >= 0) {
-    if (Status s = group_.Connect(switch_data); !s.ok()) return s;
+  if (Status s = endpoint_->Connect(switch_data); !s.ok()) return s;
+  // Only the switch's datagrams, as on the unicast endpoint.
+  if (group_) {
+    if (Status s = group_->Connect(switch_data); !s.ok()) return s;
   }
   thread_ = std::thread([this] { Run(); });
   return Status::Ok();
@@ -152,14 +137,11 @@ void WorkerThread::DrainMailbox() {
 }
 
 void WorkerThread::Run() {
-  const size_t max_bytes = MaxPacketBytes(engine_.config().elements_per_packet);
-  BatchSink sink(socket_.fd(), max_bytes, auth_, segmentation_);
-  // One extra byte tells a datagram that is too long from one that fits.
-  // Coalesced buffers take 64 KiB each: a few hold as many packets.
-  net::RecvBatch recv(coalescing_ ? kCoalescedBuffers : net::ReceiveBatchPackets(max_bytes),
-                      max_bytes + 1, coalescing_);
+  BatchSink sink(*endpoint_, auth_);
   // A negative fd (no group) is ignored by ppoll.
-  pollfd fds[3] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}, {group_.fd(), POLLIN, 0}};
+  pollfd fds[3] = {{endpoint_->poll_fd(), POLLIN, 0},
+                   {wake_fd_, POLLIN, 0},
+                   {group_ ? group_->poll_fd() : -1, POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
     DrainMailbox();
     Nanos now = Now();
@@ -174,8 +156,8 @@ void WorkerThread::Run() {
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));
     }
     for (int round = 0; round < 16; ++round) {
-      const int unicast = ReceiveBatch(socket_.fd(), recv, sink);
-      const int multicast = group_.fd() >= 0 ? ReceiveBatch(group_.fd(), recv, sink) : 0;
+      const size_t unicast = ReceiveBatch(*endpoint_, sink);
+      const size_t multicast = group_ ? ReceiveBatch(*group_, sink) : 0;
       if (unicast + multicast == 0) break;
     }
     PublishCounters();
@@ -184,21 +166,21 @@ void WorkerThread::Run() {
   DrainMailbox();
 }
 
-int WorkerThread::ReceiveBatch(int fd, net::RecvBatch& batch, BatchSink& sink) {
-  const int n = batch.Receive(fd);
-  if (n == 0) return 0;
+size_t WorkerThread::ReceiveBatch(transport::Endpoint& from, BatchSink& sink) {
+  const std::span<const transport::Datagram> batch = from.Receive();
+  if (batch.empty()) return 0;
   // Counted before they are handled: an operation they complete publishes it.
-  if (fd == group_.fd()) multicast_received_ += uint64_t(n);
+  if (&from == group_.get()) multicast_received_ += batch.size();
   const Nanos now = Now();
-  for (int i = 0; i < n; ++i) {
-    if (auth_ && !auth_->Verify(batch.packet(i))) {
+  for (const transport::Datagram& d : batch) {
+    if (auth_ && !auth_->Verify(d.bytes)) {
       ++auth_failures_;  // forged, corrupted or from another registration
       continue;
     }
-    engine_.OnPacket(batch.packet(i), now, sink);
+    engine_.OnPacket(d.bytes, now, sink);
   }
   sink.Flush();
-  return n;
+  return batch.size();
 }
 
 void WorkerThread::PublishCounters() {

@@ -1,7 +1,7 @@
 // One I/O thread of a Context: it owns a WorkerEngine (for a range of the
-// job's slots), a UDP socket connected to the switch, optionally a socket on
-// the thread's result group, and send/receive batches. Other threads talk to
-// it only through its mailbox.
+// job's slots), a transport endpoint connected to the switch and optionally
+// one on the thread's result group. Other threads talk to it only through
+// its mailbox.
 #pragma once
 
 #include <atomic>
@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "net/packet_auth.h"
-#include "net/udp_socket.h"
+#include "transport/transport.h"
 #include "switchml/context.h"
 #include "switchml/worker_engine.h"
 
@@ -21,15 +21,16 @@ namespace switchml {
 
 class WorkerThread {
  public:
-  // `socket` is bound; Start() connects it to `switch_data`. `group`, when
-  // open (fd >= 0), has joined the thread's result group; Start() restricts
-  // it to `switch_data` too. With `auth`, outgoing packets are signed and
-  // received ones must verify. Out of packets, it polls its sockets for
-  // `busy_poll` before it sleeps (net/busy_poll.h). With `udp_offload`, it
-  // sends segmented and receives coalesced where the kernel can.
-  WorkerThread(const WorkerEngineConfig& engine, net::UdpSocket socket, net::UdpSocket group,
+  // `endpoint` is open (with claim buffers of MaxPacketBytes); Start()
+  // connects it to `switch_data`. `group`, when not null, has joined the
+  // thread's result group; Start() restricts it to `switch_data` too. With
+  // `auth`, outgoing packets are signed and received ones must verify. Out of
+  // packets, it polls its endpoints for `busy_poll` before it sleeps
+  // (net/busy_poll.h).
+  WorkerThread(const WorkerEngineConfig& engine, std::unique_ptr<transport::Endpoint> endpoint,
+               std::unique_ptr<transport::Endpoint> group,
                const std::optional<net::PacketAuthenticator>& auth,
-               std::chrono::microseconds busy_poll, bool udp_offload);
+               std::chrono::microseconds busy_poll);
   ~WorkerThread();  // Stop()s
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
@@ -60,15 +61,13 @@ class WorkerThread {
   void Wake();
   void DrainMailbox();
   void PublishCounters();  // engine counters into the atomics AddCounters reads
-  // Receives and handles one batch from `fd`; returns the datagrams received.
-  int ReceiveBatch(int fd, net::RecvBatch& batch, BatchSink& sink);
+  // Receives and handles one batch from `from`; returns the datagrams received.
+  size_t ReceiveBatch(transport::Endpoint& from, BatchSink& sink);
 
   WorkerEngine engine_;
-  net::UdpSocket socket_;
-  net::UdpSocket group_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::unique_ptr<transport::Endpoint> group_;  // or null
   std::chrono::microseconds busy_poll_;
-  bool segmentation_ = false;  // send runs with UDP_SEGMENT
-  bool coalescing_ = false;    // receive with UDP_GRO
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;

@@ -353,8 +353,9 @@ control::v1::StatsReply ControlService::CollectStats() {
     for (const auto& [name, job] : jobs_) {
       if (job->assignment) Accumulate(per_job[job->assignment->id.value()], dp.JobCounters(job->assignment->id));
     }
-    packets_sent += shard.packets_sent();
-    send_errors += shard.send_errors();
+    const transport::EndpointCounters io = shard.endpoint_counters();
+    packets_sent += io.sent;
+    send_errors += io.send_dropped;
     pool_slots = dp.config().pool_slots;  // every shard holds the whole pool
     free_slots = shard.registry().free_slots();
   });

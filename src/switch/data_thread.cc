@@ -15,33 +15,31 @@ constexpr size_t kBatch = 64;
 // With coalescing, 4 buffers of 64 KiB; each may hold 64 datagrams.
 constexpr size_t kCoalescedBuffers = 4;
 // The most datagrams one receive call returns either way.
-constexpr size_t kMaxReceived = std::max(kBatch, kCoalescedBuffers * net::kMaxSegments);
+constexpr size_t kMaxReceived = std::max(kBatch, kCoalescedBuffers * 64);
 }  // namespace
 
-DataThread::DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard,
-                       uint16_t shards, std::chrono::microseconds busy_poll, bool udp_offload)
+transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& config,
+                                                       int socket_buffer_bytes, bool offload) {
+  transport::EndpointOptions o;
+  o.max_datagram_bytes = MaxPacketBytes(config.max_elements_per_packet);
+  o.send_queue = kMaxReceived * config.max_workers;  // a result to every worker, per packet
+  o.receive_batch = kBatch;
+  o.coalesced_buffers = kCoalescedBuffers;
+  o.socket_buffer_bytes = socket_buffer_bytes;
+  o.offload = offload;
+  return o;
+}
+
+DataThread::DataThread(const DataPlaneConfig& config,
+                       std::unique_ptr<transport::Endpoint> endpoint, uint16_t shard,
+                       uint16_t shards, std::chrono::microseconds busy_poll)
     : data_plane_(config),
       registry_(&data_plane_),
       handler_(&data_plane_, shard, shards),
       busy_poll_(busy_poll),
-      socket_(std::move(socket)),
-      coalescing_(udp_offload && net::EnableReceiveCoalescing(socket_.fd())),
-      // One extra byte tells a datagram that is too long from one that fits.
-      // Coalesced, each buffer takes up to 64 datagrams.
-      recv_(coalescing_ ? kCoalescedBuffers : kBatch,
-            MaxPacketBytes(config.max_elements_per_packet) + 1, coalescing_),
-      send_(kMaxReceived * config.max_workers, 0),
+      endpoint_(std::move(endpoint)),
       out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  send_.set_segmentation(udp_offload && net::SegmentationSupported(socket_.fd()));
-}
-
-std::string DataThread::offload() const {
-  if (coalescing_ && send_.segmentation()) return "segmentation and coalescing";
-  if (coalescing_) return "coalescing only";
-  if (send_.segmentation()) return "segmentation only";
-  return "off";
-}
+      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 DataThread::~DataThread() {
   Stop();
@@ -91,7 +89,7 @@ void DataThread::RunCommands() {
 }
 
 void DataThread::Run() {
-  pollfd fds[2] = {{socket_.fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
     net::SpinThenPoll(fds, 2, busy_poll_, std::chrono::milliseconds(500));
@@ -102,15 +100,15 @@ void DataThread::Run() {
     if (pending_.load(std::memory_order_acquire)) RunCommands();
     // A bounded number of batches, so commands never wait long under load.
     for (int round = 0; round < 64; ++round) {
-      const int n = recv_.Receive(socket_.fd());
-      if (n == 0) break;
+      const std::span<const transport::Datagram> batch = endpoint_->Receive();
+      if (batch.empty()) break;
       // Each reply stays in its own out_ buffer until the flush below.
       size_t used = 0;
-      for (int i = 0; i < n; ++i) {
+      for (const transport::Datagram& d : batch) {
         const std::span<uint8_t> out(&out_[used * out_bytes], out_bytes);
-        if (handler_.Handle(recv_.packet(i), recv_.source(i), out, *this)) ++used;
+        if (handler_.Handle(d.bytes, *d.source, out, *this)) ++used;
       }
-      send_.Flush(socket_.fd());
+      endpoint_->Flush();
     }
   }
 }

@@ -1,5 +1,6 @@
-// The switch's data thread: receives datagrams, checks each sender against
-// the job's registered addresses, runs the data plane, and sends results.
+// The switch's data thread: receives datagrams from its transport endpoint,
+// checks each sender against the job's registered addresses, runs the data
+// plane, and sends results.
 //
 // It owns the DataPlane, the JobRegistry and the PacketHandler (the address
 // books). Other threads touch them only through Execute(), which runs a
@@ -20,7 +21,7 @@
 #include <string>
 
 #include "net/packet_auth.h"
-#include "net/udp_socket.h"
+#include "transport/transport.h"
 #include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
 #include "switchml/job_registry.h"
@@ -30,14 +31,16 @@ namespace switchml {
 class DataThread : private ReplySink {
  public:
   // Shard `shard` of `shards` serves the worker threads t with
-  // t % shards == shard (each worker thread sends to one shard's socket).
-  // Out of packets, it polls its socket for `busy_poll` before it sleeps
+  // t % shards == shard (each worker thread sends to one shard's endpoint).
+  // Out of packets, it polls its endpoint for `busy_poll` before it sleeps
   // (net/busy_poll.h).
-  // With `udp_offload`, it receives coalesced and sends segmented where the
-  // kernel can (SwitchConfig::udp_offload).
-  DataThread(const DataPlaneConfig& config, net::UdpSocket socket, uint16_t shard = 0,
-             uint16_t shards = 1, std::chrono::microseconds busy_poll = {},
-             bool udp_offload = false);
+  // REQUIRES: `endpoint` was opened with EndpointOptions(config).
+  DataThread(const DataPlaneConfig& config, std::unique_ptr<transport::Endpoint> endpoint,
+             uint16_t shard = 0, uint16_t shards = 1, std::chrono::microseconds busy_poll = {});
+  // What a data thread's endpoint needs: receive batches of 64 (4 coalesced
+  // buffers), a send queue that holds every reply of a batch to every worker.
+  static transport::EndpointOptions EndpointOptions(const DataPlaneConfig& config,
+                                                    int socket_buffer_bytes, bool offload);
   ~DataThread();  // Stop()s
   DataThread(const DataThread&) = delete;
   DataThread& operator=(const DataThread&) = delete;
@@ -60,26 +63,23 @@ class DataThread : private ReplySink {
                      std::move(result_groups));
   }
   void RemoveAddresses(JobId id) { handler_.Remove(id); }
-  // What the kernel granted: "segmentation and coalescing", ..., or "off".
-  std::string offload() const;
-  uint64_t packets_sent() const { return send_.sent(); }
-  uint64_t send_errors() const { return send_.dropped(); }
+  // What the transport granted: "segmentation and coalescing", ..., or "off".
+  std::string offload() const { return endpoint_->offload(); }
+  // The endpoint's counters. Data-thread only (call inside Execute).
+  transport::EndpointCounters endpoint_counters() const { return endpoint_->counters(); }
 
  private:
   void Run();
   void RunCommands();
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
-    send_.AddRef(socket_.fd(), datagram, to);
+    endpoint_->SendRef(datagram, to);
   }
 
   DataPlane data_plane_;
   JobRegistry registry_;
   PacketHandler handler_;
   std::chrono::microseconds busy_poll_;
-  net::UdpSocket socket_;
-  bool coalescing_;
-  net::RecvBatch recv_;
-  net::SendBatch send_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
   std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch
 
   int wake_fd_ = -1;

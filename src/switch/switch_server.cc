@@ -10,6 +10,7 @@
 #include "switch/control_service.h"
 #include "switch/data_thread.h"
 #include "switch/stats_format.h"
+#include "transport/transport.h"
 
 namespace switchml {
 namespace {
@@ -33,7 +34,7 @@ struct SwitchServer::Impl {
   // With result multicast: per shard, a socket on 127.0.0.1 that holds the
   // port of the shard's result groups (nothing is ever sent to it), so no
   // other switch on this host picks the same port.
-  std::vector<net::UdpSocket> result_port_holders;
+  std::vector<std::unique_ptr<transport::Endpoint>> result_port_holders;
   std::vector<uint16_t> result_ports;
   std::once_flag stop_once;
 };
@@ -51,6 +52,7 @@ Status SwitchConfig::Validate() const {
     return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) + " is out of range; use 0.." +
                            std::to_string(kMaxBusyPollUs) + " (0: sleep at once)");
   }
+  if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
   if (bmv2 && data_threads != 1) {
     return InvalidArgument("data_threads must be 1 with the bmv2 data plane (the P4 switch "
                            "carries the data)");
@@ -61,19 +63,34 @@ Status SwitchConfig::Validate() const {
 namespace {
 
 // Sets `data` up to send host-local multicast and reserves the port of its
-// result groups: a socket bound to it on 127.0.0.1. Not the data port:
-// workers bind the groups' port, which a data socket on 0.0.0.0 forbids.
-StatusOr<net::UdpSocket> ReserveResultPort(net::UdpSocket& data) {
+// result groups: an endpoint bound to it on 127.0.0.1. Not the data port:
+// workers bind the groups' port, which a data endpoint on 0.0.0.0 forbids.
+StatusOr<std::unique_ptr<transport::Endpoint>> ReserveResultPort(transport::Transport& transport,
+                                                                 transport::Endpoint& data) {
   if (Status s = data.SetHostLocalMulticast(); !s.ok()) return s;
   sockaddr_in loopback{};
   loopback.sin_family = AF_INET;
   loopback.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return net::UdpSocket::Bind(loopback, 4096);
+  transport::EndpointOptions holder;
+  holder.max_datagram_bytes = 64;
+  holder.receive_batch = 1;
+  holder.send_queue = 1;
+  holder.socket_buffer_bytes = 4096;
+  holder.offload = false;
+  return transport.Open(loopback, holder);
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& requested) {
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
+  if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
+  auto transport = transport::MakeTransport(config.transport);
+  return Start(config, std::move(transport).value());
+}
+
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(
+    const SwitchConfig& requested, std::shared_ptr<transport::Transport> transport) {
+  if (transport == nullptr) return InvalidArgument("SwitchServer::Start needs a transport");
   SwitchConfig config = requested;
   std::unique_ptr<ExternalDataPlane> external;
   if (config.bmv2) {
@@ -97,12 +114,14 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     sockaddr_in local = bind.value();
     if (config.data_port != 0) local.sin_port = htons(uint16_t(config.data_port + s));
     if (impl->external) local.sin_port = 0;  // never used: the P4 switch carries the data
-    auto socket = net::UdpSocket::Bind(local, config.socket_buffer_bytes);
-    if (!socket.ok()) return socket.status();
+    auto endpoint = transport->Open(
+        local, DataThread::EndpointOptions(config.data_plane, config.socket_buffer_bytes,
+                                           config.udp_offload));
+    if (!endpoint.ok()) return endpoint.status();
     if (config.result_multicast && !impl->external) {
-      auto holder = ReserveResultPort(socket.value());
+      auto holder = ReserveResultPort(*transport, *endpoint.value());
       if (holder.ok()) {
-        impl->result_ports.push_back(ntohs(holder.value().LocalAddress().sin_port));
+        impl->result_ports.push_back(ntohs(holder.value()->local_address().sin_port));
         impl->result_port_holders.push_back(std::move(holder).value());
       } else {
         // Without a working loopback (a network namespace whose lo is down)
@@ -113,10 +132,10 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
         impl->result_port_holders.clear();
       }
     }
-    impl->data_ports.push_back(ntohs(socket.value().LocalAddress().sin_port));
+    impl->data_ports.push_back(ntohs(endpoint.value()->local_address().sin_port));
     impl->shards.push_back(std::make_unique<DataThread>(
-        config.data_plane, std::move(socket).value(), s, config.data_threads,
-        std::chrono::microseconds(config.busy_poll_us), config.udp_offload));
+        config.data_plane, std::move(endpoint).value(), s, config.data_threads,
+        std::chrono::microseconds(config.busy_poll_us)));
     shards.push_back(impl->shards.back().get());
   }
   impl->config.result_multicast = config.result_multicast;
@@ -155,12 +174,12 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
     return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
   }
   for (auto& shard : impl->shards) shard->Start();
-  spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} (UDP); pool {} slots of {} "
-               "elements, up to {} workers per job; UDP offload: {}",
+  spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} ({}); pool {} slots of {} "
+               "elements, up to {} workers per job; offload: {}",
                listen.substr(0, listen.rfind(':')), impl->control_port,
-               listen.substr(0, listen.rfind(':')), PortList(impl->data_ports), config.data_plane.pool_slots,
-               config.data_plane.max_elements_per_packet, config.data_plane.max_workers,
-               impl->shards[0]->offload());
+               listen.substr(0, listen.rfind(':')), PortList(impl->data_ports), transport->name(),
+               config.data_plane.pool_slots, config.data_plane.max_elements_per_packet,
+               config.data_plane.max_workers, impl->shards[0]->offload());
   return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
 }
 

@@ -1,5 +1,6 @@
-// A non-blocking UDP socket with batched receive and send (recvmmsg and
-// sendmmsg), the kernel UDP transport of both the switch and the workers.
+// The kernel UDP transport's parts: a non-blocking UDP socket and batched
+// receive and send (recvmmsg and sendmmsg, with UDP GSO/GRO). UdpEndpoint
+// (udp_transport.h) puts them behind the transport interface.
 //
 // Batches allocate all their buffers at construction; Receive() and Flush()
 // never allocate. Thread safety: none; one thread owns a socket and its batches.
@@ -14,7 +15,7 @@
 
 #include "switchml/status.h"
 
-namespace switchml::net {
+namespace switchml::transport::udp {
 
 class UdpSocket {
  public:
@@ -47,22 +48,15 @@ class UdpSocket {
   int fd_ = -1;
 };
 
-// Datagrams of `packet_bytes` to take per receive call: up to 64 small ones
-// (fewer system calls), but no more than 256 KiB of large ones, so that a
-// batch is still in the core's cache when it is read after the call.
-inline size_t ReceiveBatchPackets(size_t packet_bytes) {
-  const size_t fit = (size_t{256} << 10) / (packet_bytes ? packet_bytes : 1);
-  return fit < 8 ? 8 : fit > 64 ? 64 : fit;
-}
-
 // UDP offloads (Linux): segmentation on send (UDP_SEGMENT, "GSO": one
 // super-datagram of up to 64 equal segments that the kernel or the NIC cuts)
 // and coalescing on receive (UDP_GRO: the kernel hands over runs of
 // datagrams from one sender as one buffer plus the segment size).
 // True if the kernel takes UDP_SEGMENT on this socket (Linux 4.18+).
 bool SegmentationSupported(int fd);
-// Asks for coalesced receives; false if the kernel cannot (Linux 5.0+).
-bool EnableReceiveCoalescing(int fd);
+// Asks for coalesced receives (or, with on = false, for single datagrams
+// again); false if the kernel cannot (Linux 5.0+).
+bool EnableReceiveCoalescing(int fd, bool on = true);
 
 // The most segments one UDP_SEGMENT send or UDP_GRO receive carries.
 inline constexpr size_t kMaxSegments = 64;
@@ -185,4 +179,4 @@ class SendBatch {
   uint64_t super_datagrams_ = 0;
 };
 
-}  // namespace switchml::net
+}  // namespace switchml::transport::udp

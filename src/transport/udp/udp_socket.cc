@@ -1,4 +1,4 @@
-#include "net/udp_socket.h"
+#include "transport/udp/udp_socket.h"
 
 #include <fcntl.h>
 #include <netinet/udp.h>
@@ -12,7 +12,7 @@
 
 #include "net/address.h"
 
-namespace switchml::net {
+namespace switchml::transport::udp {
 namespace {
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -48,7 +48,7 @@ StatusOr<UdpSocket> UdpSocket::Bind(const sockaddr_in& local, int buffer_bytes) 
   SetBuffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, buffer_bytes);
   SetBuffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, buffer_bytes);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
-    return InvalidArgument(Errno(("cannot bind UDP socket to " + FormatAddress(local)).c_str()) +
+    return InvalidArgument(Errno(("cannot bind UDP socket to " + net::FormatAddress(local)).c_str()) +
                            " (is the port in use, or the address not local?)");
   }
   return s;
@@ -57,7 +57,7 @@ StatusOr<UdpSocket> UdpSocket::Bind(const sockaddr_in& local, int buffer_bytes) 
 StatusOr<UdpSocket> UdpSocket::JoinGroup(const sockaddr_in& group, in_addr interface,
                                          int buffer_bytes) {
   if (!IN_MULTICAST(ntohl(group.sin_addr.s_addr))) {
-    return InvalidArgument(FormatAddress(group) + " is not a multicast group address");
+    return InvalidArgument(net::FormatAddress(group) + " is not a multicast group address");
   }
   const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return Status(StatusCode::kInternal, Errno("socket"));
@@ -69,14 +69,14 @@ StatusOr<UdpSocket> UdpSocket::JoinGroup(const sockaddr_in& group, in_addr inter
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
   if (bind(fd, reinterpret_cast<const sockaddr*>(&group), sizeof(group)) != 0) {
-    return InvalidArgument(Errno(("cannot bind a UDP socket to group " + FormatAddress(group)).c_str()));
+    return InvalidArgument(Errno(("cannot bind a UDP socket to group " + net::FormatAddress(group)).c_str()));
   }
   const ip_mreq membership{group.sin_addr, interface};
   if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &membership, sizeof(membership)) != 0) {
     sockaddr_in where{};
     where.sin_addr = interface;
-    return InvalidArgument(Errno(("cannot join multicast group " + FormatAddress(group) +
-                                  " on the interface of " + FormatAddress(where))
+    return InvalidArgument(Errno(("cannot join multicast group " + net::FormatAddress(group) +
+                                  " on the interface of " + net::FormatAddress(where))
                                      .c_str()));
   }
   return s;
@@ -115,7 +115,7 @@ sockaddr_in UdpSocket::LocalAddress() const {
 
 Status UdpSocket::Connect(const sockaddr_in& peer) {
   if (connect(fd_, reinterpret_cast<const sockaddr*>(&peer), sizeof(peer)) != 0) {
-    return InvalidArgument(Errno(("cannot connect UDP socket to " + FormatAddress(peer)).c_str()));
+    return InvalidArgument(Errno(("cannot connect UDP socket to " + net::FormatAddress(peer)).c_str()));
   }
   return Status::Ok();
 }
@@ -126,9 +126,9 @@ bool SegmentationSupported(int fd) {
   return getsockopt(fd, SOL_UDP, UDP_SEGMENT, &size, &len) == 0;
 }
 
-bool EnableReceiveCoalescing(int fd) {
-  const int one = 1;
-  return setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one)) == 0;
+bool EnableReceiveCoalescing(int fd, bool on) {
+  const int value = on;
+  return setsockopt(fd, SOL_UDP, UDP_GRO, &value, sizeof(value)) == 0;
 }
 
 RecvBatch::RecvBatch(size_t max_packets, size_t max_bytes, bool coalesced)
@@ -280,7 +280,7 @@ size_t SendBatch::Send(int fd, mmsghdr* headers, const uint32_t* counts, size_t 
 
 size_t SendBatch::BuildRuns() {
   auto same_dest = [this](uint32_t a, uint32_t b) {
-    return has_dest_[a] == has_dest_[b] && (!has_dest_[a] || SameAddress(dests_[a], dests_[b]));
+    return has_dest_[a] == has_dest_[b] && (!has_dest_[a] || net::SameAddress(dests_[a], dests_[b]));
   };
   // Chain the datagrams of each destination, in queue order.
   size_t dests = 0;
@@ -367,4 +367,4 @@ void SendBatch::Flush(int fd) {
   count_ = 0;
 }
 
-}  // namespace switchml::net
+}  // namespace switchml::transport::udp

@@ -1,0 +1,23 @@
+// The kernel UDP transport ("udp"): one non-blocking socket per endpoint,
+// recvmmsg/sendmmsg batches, and UDP segmentation (GSO) and coalescing (GRO)
+// where the kernel has them and EndpointOptions::offload asks for them.
+#pragma once
+
+#include <memory>
+
+#include "transport/transport.h"
+
+namespace switchml::transport::udp {
+
+class UdpTransport final : public Transport {
+ public:
+  std::string name() const override { return "udp"; }
+  StatusOr<std::unique_ptr<Endpoint>> Open(const Address& local,
+                                           const EndpointOptions& options) override;
+  StatusOr<std::unique_ptr<Endpoint>> JoinGroup(const Address& group, in_addr interface,
+                                                const EndpointOptions& options) override;
+  // The kernel's route: a probe socket connected to `peer`, and IP_MTU.
+  StatusOr<Route> RouteToward(const Address& peer) override;
+};
+
+}  // namespace switchml::transport::udp
