@@ -28,10 +28,18 @@ import torch.multiprocessing as mp
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def skip_allreduce(state, bucket):
+    """A DDP communication hook that all-reduces nothing: what a step costs
+    without communication (--backend none)."""
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
 def train(rank, world, port, backend, args, results):
     import switchml_torch  # noqa: F401  registers "switchml"
     os.environ.update(MASTER_ADDR=args.master_addr, MASTER_PORT=str(port))
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    dist.init_process_group("gloo" if backend == "none" else backend, rank=rank, world_size=world)
     torch.set_num_threads(1)  # one core's worth per rank: ranks share this machine
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -39,6 +47,8 @@ def train(rank, world, port, backend, args, results):
         torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
         torch.nn.Linear(args.hidden, args.classes))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if backend == "none":
+        ddp.register_comm_hook(None, skip_allreduce)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     # Synthetic data: a fixed random linear teacher labels Gaussian inputs.
     teacher = torch.randn(args.features, args.classes, generator=torch.Generator().manual_seed(1))
@@ -81,7 +91,8 @@ def main():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--bin", default=os.path.join(HERE, "..", "build"), help="where switchml-switch is")
     p.add_argument("--rank", type=int, help="run only this rank (with --backend, --master-port)")
-    p.add_argument("--backend", default="switchml", choices=["switchml", "gloo"])
+    p.add_argument("--backend", default="switchml", choices=["switchml", "gloo", "none"],
+                   help="with --rank; none: DDP without all-reduces (the computation alone)")
     p.add_argument("--master-addr", default="127.0.0.1", help="rank 0's address (the store)")
     p.add_argument("--master-port", type=int, default=29500)
     args = p.parse_args()

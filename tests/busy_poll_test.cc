@@ -74,5 +74,67 @@ TEST(SpinThenPoll, WatchesEveryDescriptor) {
   EXPECT_TRUE(fds[1].revents & POLLIN);
 }
 
+// ---- the adaptive budget (no clock: the waits are given)
+
+TEST(SpinBudget, StartsAtTheLargestAndKeepsItWhileSpinsCatchTheData) {
+  SpinBudget b(microseconds(200));
+  EXPECT_EQ(b.spin(), microseconds(200));
+  for (int i = 0; i < 100; ++i) b.Record(microseconds(30), true);
+  EXPECT_EQ(b.spin(), microseconds(200));
+}
+
+TEST(SpinBudget, WaitsLongerThanTheLargestShrinkItToZero) {
+  SpinBudget b(microseconds(200));
+  const microseconds expected[] = {microseconds(100), microseconds(50), microseconds(25),
+                                   microseconds(0), microseconds(0)};
+  for (microseconds e : expected) {
+    b.Record(microseconds(900), true);  // data, but long after any spin would have ended
+    EXPECT_EQ(b.spin(), e);
+  }
+  // Timeouts longer than the largest budget count the same.
+  SpinBudget t(microseconds(200));
+  t.Record(milliseconds(1), false);
+  EXPECT_EQ(t.spin(), microseconds(100));
+}
+
+TEST(SpinBudget, DataSoonAfterTheSpinGaveUpGrowsItBackToTheLargest) {
+  SpinBudget b(microseconds(200));
+  for (int i = 0; i < 4; ++i) b.Record(microseconds(900), true);
+  ASSERT_EQ(b.spin(), microseconds(0));
+  const microseconds expected[] = {microseconds(25), microseconds(50), microseconds(100),
+                                   microseconds(200), microseconds(200)};
+  for (microseconds e : expected) {
+    b.Record(microseconds(150), true);  // a longer spin would have caught it
+    EXPECT_EQ(b.spin(), e);
+  }
+}
+
+TEST(SpinBudget, ShortTimeoutsLeaveItAlone) {
+  SpinBudget b(microseconds(200));
+  b.Record(microseconds(900), true);
+  ASSERT_EQ(b.spin(), microseconds(100));
+  b.Record(microseconds(150), false);  // the timer, not data: no evidence either way
+  EXPECT_EQ(b.spin(), microseconds(100));
+}
+
+TEST(SpinBudget, ALargestOfZeroNeverSpins) {
+  SpinBudget b(microseconds(0));
+  b.Record(microseconds(10), true);
+  b.Record(microseconds(900), true);
+  EXPECT_EQ(b.spin(), microseconds(0));
+}
+
+TEST(BusyPoller, ReturnsWhatTheWaitFoundAndLearnsFromIt) {
+  EventFd e;
+  BusyPoller p(microseconds(200));
+  pollfd fd = e.Readable();
+  EXPECT_EQ(p.Wait(&fd, 1, milliseconds(5)), 0);  // nothing: a timeout longer than the budget
+  EXPECT_EQ(p.budget().spin(), microseconds(100));
+  e.Signal();
+  fd = e.Readable();
+  EXPECT_EQ(p.Wait(&fd, 1, seconds(60)), 1);
+  EXPECT_TRUE(fd.revents & POLLIN);
+}
+
 }  // namespace
 }  // namespace switchml::net

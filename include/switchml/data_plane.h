@@ -1,4 +1,4 @@
-// The aggregation data plane ("the switch"): DESIGN.md §2 as one class.
+// The aggregation data plane ("the switch"): docs/design.md §2 as one class.
 //
 // A fixed pool of slots, each holding two versions (the shadow copy) of k
 // int32 accumulators, a bitmap of the workers that contributed, a countdown of

@@ -6,7 +6,7 @@
 //
 //     f = Q / 2^e_max,   Q = floor((2^31 - 1) / n)
 //
-// (DESIGN.md §4's (2^31-1)/(n 2^e_max), with the integer part taken so that
+// (docs/design.md §4's (2^31-1)/(n 2^e_max), with the integer part taken so that
 // |round(x f)| <= Q holds exactly and the n-way int32 sum cannot overflow),
 // send round(x f) (round half to even) and divide the integer sum by f.
 //

@@ -1,4 +1,4 @@
-// The worker engine: DESIGN.md §3's per-worker protocol as a state machine
+// The worker engine: docs/design.md §3's per-worker protocol as a state machine
 // without I/O.
 //
 // The engine is fed received packets and the current time and emits packets

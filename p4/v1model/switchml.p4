@@ -1,6 +1,6 @@
 // switchml aggregation switch for BMv2 simple_switch (P4_16, v1model).
 //
-// DESIGN.md §2 exactly as the software data plane (src/dataplane/data_plane.cc)
+// docs/design.md §2 exactly as the software data plane (src/dataplane/data_plane.cc)
 // implements it: the same wire format, the same validation order and drop
 // reasons, the same answers (absorb, result to the sender, result to all,
 // pending to the sender), with every other packet switched or routed as an
@@ -56,7 +56,7 @@ control SwitchmlVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
     }
 }
 
-// The slot pool: DESIGN.md §2. Register index = version * SWITCHML_POOL_SLOTS
+// The slot pool: docs/design.md §2. Register index = version * SWITCHML_POOL_SLOTS
 // + pool slot. simple_switch runs ingress on one thread, so each packet's
 // read-modify-write of a slot is atomic with respect to the others.
 control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,

@@ -8,7 +8,6 @@
 #include <cassert>
 #include <chrono>
 
-#include "net/busy_poll.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -56,7 +55,7 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
     : engine_(engine),
       endpoint_(std::move(endpoint)),
       group_(std::move(group)),
-      busy_poll_(busy_poll),
+      poller_(busy_poll),
       auth_(auth),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
@@ -150,7 +149,7 @@ void WorkerThread::Run() {
     const Nanos deadline = engine_.NextDeadline();
     const Nanos wait = deadline == Nanos::max() ? std::chrono::seconds(1)
                                                 : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
-    net::SpinThenPoll(fds, 3, busy_poll_, wait);
+    poller_.Wait(fds, 3, wait);
     if (fds[1].revents & POLLIN) {
       uint64_t value;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));

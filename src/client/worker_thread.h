@@ -12,6 +12,7 @@
 
 #include <optional>
 
+#include "net/busy_poll.h"
 #include "net/packet_auth.h"
 #include "transport/transport.h"
 #include "switchml/context.h"
@@ -25,8 +26,8 @@ class WorkerThread {
   // connects it to `switch_data`. `group`, when not null, has joined the
   // thread's result group; Start() restricts it to `switch_data` too. With
   // `auth`, outgoing packets are signed and received ones must verify. Out of
-  // packets, it polls its endpoints for `busy_poll` before it sleeps
-  // (net/busy_poll.h).
+  // packets, it polls its endpoints for up to `busy_poll` before it sleeps,
+  // as long as that pays (net/busy_poll.h).
   WorkerThread(const WorkerEngineConfig& engine, std::unique_ptr<transport::Endpoint> endpoint,
                std::unique_ptr<transport::Endpoint> group,
                const std::optional<net::PacketAuthenticator>& auth,
@@ -67,7 +68,7 @@ class WorkerThread {
   WorkerEngine engine_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::unique_ptr<transport::Endpoint> group_;  // or null
-  std::chrono::microseconds busy_poll_;
+  net::BusyPoller poller_;
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;

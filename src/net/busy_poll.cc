@@ -24,4 +24,20 @@ int SpinThenPoll(pollfd* fds, nfds_t count, std::chrono::nanoseconds spin,
   return ppoll(fds, count, &ts, nullptr);
 }
 
+void SpinBudget::Record(std::chrono::nanoseconds waited, bool ready) {
+  if (waited > largest_) {
+    spin_ /= 2;
+    if (spin_ < kGrowFrom) spin_ = std::chrono::nanoseconds(0);
+  } else if (ready && waited > spin_) {
+    spin_ = std::min(largest_, std::max(2 * spin_, std::chrono::nanoseconds(kGrowFrom)));
+  }
+}
+
+int BusyPoller::Wait(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  const int ready = SpinThenPoll(fds, count, budget_.spin(), timeout);
+  budget_.Record(std::chrono::steady_clock::now() - start, ready > 0);
+  return ready;
+}
+
 }  // namespace switchml::net

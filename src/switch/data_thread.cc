@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <future>
 
-#include "net/busy_poll.h"
 
 namespace switchml {
 namespace {
@@ -36,7 +35,7 @@ DataThread::DataThread(const DataPlaneConfig& config,
     : data_plane_(config),
       registry_(&data_plane_),
       handler_(&data_plane_, shard, shards),
-      busy_poll_(busy_poll),
+      poller_(busy_poll),
       endpoint_(std::move(endpoint)),
       out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
@@ -92,7 +91,7 @@ void DataThread::Run() {
   pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
-    net::SpinThenPoll(fds, 2, busy_poll_, std::chrono::milliseconds(500));
+    poller_.Wait(fds, 2, std::chrono::milliseconds(500));
     if (fds[1].revents & POLLIN) {
       uint64_t value;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));

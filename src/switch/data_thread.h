@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 
+#include "net/busy_poll.h"
 #include "net/packet_auth.h"
 #include "transport/transport.h"
 #include "switch/packet_handler.h"
@@ -32,8 +33,8 @@ class DataThread : private ReplySink {
  public:
   // Shard `shard` of `shards` serves the worker threads t with
   // t % shards == shard (each worker thread sends to one shard's endpoint).
-  // Out of packets, it polls its endpoint for `busy_poll` before it sleeps
-  // (net/busy_poll.h).
+  // Out of packets, it polls its endpoint for up to `busy_poll` before it
+  // sleeps, as long as that pays (net/busy_poll.h).
   // REQUIRES: `endpoint` was opened with EndpointOptions(config).
   DataThread(const DataPlaneConfig& config, std::unique_ptr<transport::Endpoint> endpoint,
              uint16_t shard = 0, uint16_t shards = 1, std::chrono::microseconds busy_poll = {});
@@ -78,7 +79,7 @@ class DataThread : private ReplySink {
   DataPlane data_plane_;
   JobRegistry registry_;
   PacketHandler handler_;
-  std::chrono::microseconds busy_poll_;
+  net::BusyPoller poller_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch
 
