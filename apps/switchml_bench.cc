@@ -20,6 +20,7 @@
 #include "bench_common.h"
 #include "switchml/context.h"
 #include "switchml/quantize.h"
+#include "switchml/version.h"
 
 namespace {
 
@@ -49,11 +50,13 @@ constexpr ContextFlag kContextFlags[] = {
     {"--world", "world_size", "number of workers"},
     {"--job", "job_name", "job name (default: bench)"},
     {"--threads", "threads", "I/O threads per worker"},
-    {"--elements-per-packet", "elements_per_packet", "int32 values per packet (0: fit the path MTU)"},
+    {"--elements-per-packet", "elements_per_packet",
+     "int32 values per packet (0: fit the path MTU)"},
     {"--pool-slots", "pool_slots", "switch slots per job"},
     {"--window-slots", "window_slots", "packets in flight (0: measured)"},
     {"--failure-timeout-ms", "failure_timeout_ms", "fail after this long without progress"},
-    {"--result-multicast", "result_multicast", "accept results by host-local multicast (true/false)"},
+    {"--result-multicast", "result_multicast",
+     "accept results by host-local multicast (true/false)"},
     {"--busy-poll-us", "busy_poll_us",
      "out of packets, poll this long (microseconds) before sleeping; with --local, the switch too"},
     {"--auth-key", "auth_key", "job secret (64 hex digits): authenticate every packet"},
@@ -122,7 +125,8 @@ int RunWorker(const Options& o) {
     return 2;
   }
   if (is_float) {
-    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, rank, config.elements_per_packet);
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, rank,
+                     config.elements_per_packet);
   } else {
     bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, rank);
   }
@@ -136,7 +140,8 @@ int RunWorker(const Options& o) {
     }
     const auto start = std::chrono::steady_clock::now();
     const Status s = ctx.AllReduce(in.data(), out.data(), count, dtype);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!s.ok()) {
       std::fprintf(stderr, "rank %u: %s\n", rank, s.ToString().c_str());
       return 1;
@@ -149,9 +154,10 @@ int RunWorker(const Options& o) {
     }
   }
   const bench::Verification v =
-      is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
-                                    world, config.elements_per_packet, true)
-               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, world);
+      is_float
+          ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed, world,
+                               config.elements_per_packet, true)
+          : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, world);
   const ContextCounters c = ctx.counters();
   nlohmann::json j = bench::ResultJson("switchml", world, rank, bytes, o.dtype, times, v,
                                        bench::Digest(out.data(), bytes));
@@ -191,13 +197,29 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
   if (fd < 0) return 2;
   close(fd);
   unlink(port_file);
-  const pid_t sw = bench::Spawn({dir + "/switchml-switch", "--bind", "127.0.0.1", "--control-port", "0",
-                                 "--data-port", "0", "--port-file", port_file, "--log-level", "warn",
-                                 "--max-workers", std::to_string(std::max<uint32_t>(64, o.local)),
-                                 "--max-elements-per-packet", "8192", "--pool-slots", "2048",
-                                 "--busy-poll-us", std::to_string(config.value().busy_poll_us),
-                                 "--udp-offload", config.value().udp_offload ? "true" : "false",
-                                 "--transport", config.value().transport},
+  const pid_t sw = bench::Spawn({dir + "/switchml-switch",
+                                 "--bind",
+                                 "127.0.0.1",
+                                 "--control-port",
+                                 "0",
+                                 "--data-port",
+                                 "0",
+                                 "--port-file",
+                                 port_file,
+                                 "--log-level",
+                                 "warn",
+                                 "--max-workers",
+                                 std::to_string(std::max<uint32_t>(64, o.local)),
+                                 "--max-elements-per-packet",
+                                 "8192",
+                                 "--pool-slots",
+                                 "2048",
+                                 "--busy-poll-us",
+                                 std::to_string(config.value().busy_poll_us),
+                                 "--udp-offload",
+                                 config.value().udp_offload ? "true" : "false",
+                                 "--transport",
+                                 config.value().transport},
                                 nullptr);
   if (sw < 0) {
     std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
@@ -216,9 +238,13 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
     return 2;
   }
   const int rc = bench::RunLocalWorkers(o.local, [&](uint32_t r) {
-    std::vector<std::string> argv = {dir + "/switchml-bench", "--switch",
-                                     "127.0.0.1:" + std::to_string(control_port), "--rank",
-                                     std::to_string(r), "--world", std::to_string(o.local)};
+    std::vector<std::string> argv = {dir + "/switchml-bench",
+                                     "--switch",
+                                     "127.0.0.1:" + std::to_string(control_port),
+                                     "--rank",
+                                     std::to_string(r),
+                                     "--world",
+                                     std::to_string(o.local)};
     argv.insert(argv.end(), passthrough.begin(), passthrough.end());
     return argv;
   });
@@ -231,6 +257,7 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-bench: time all-reduces through a switchml switch"};
+  app.set_version_flag("--version", std::string("switchml-bench ") + SWITCHML_VERSION);
   Options o;
   app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
       ->check(CLI::Range(1, 256));
@@ -244,9 +271,11 @@ int main(int argc, char** argv) {
     });
   };
   pass(app.add_option("--size", o.size, "tensor size per worker (B, KiB, MiB, GiB)"));
-  pass(app.add_option("--dtype", o.dtype, "float32 or int32")->check(CLI::IsMember({"float32", "int32"})));
+  pass(app.add_option("--dtype", o.dtype, "float32 or int32")
+           ->check(CLI::IsMember({"float32", "int32"})));
   pass(app.add_option("--reps", o.reps, "timed repetitions")->check(CLI::Range(1, 100000)));
-  pass(app.add_option("--warmup", o.warmup, "untimed repetitions first")->check(CLI::Range(0, 1000)));
+  pass(app.add_option("--warmup", o.warmup, "untimed repetitions first")
+           ->check(CLI::Range(0, 1000)));
   pass(app.add_option("--seed", o.seed, "seed of the inputs"));
   pass(app.add_option("--config", o.config_file,
                       "TOML file of Context settings (defaults < file < SWITCHML_<NAME> "

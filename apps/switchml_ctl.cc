@@ -7,9 +7,11 @@
 
 #include "switch/stats_format.h"
 #include "switchml/control.grpc.pb.h"
+#include "switchml/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-ctl: inspect a running switchml switch"};
+  app.set_version_flag("--version", std::string("switchml-ctl ") + SWITCHML_VERSION);
   app.require_subcommand(1);
   std::string address = "127.0.0.1:48800";
   std::string format = "table";

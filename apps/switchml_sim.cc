@@ -11,6 +11,7 @@
 
 #include "switchml/quantize.h"
 #include "switchml/sim_cluster.h"
+#include "switchml/version.h"
 
 namespace {
 
@@ -36,6 +37,7 @@ uint64_t ParseSize(const std::string& text) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
+  app.set_version_flag("--version", std::string("switchml-sim ") + SWITCHML_VERSION);
   int workers = 8;
   std::string size = "4MiB";
   double loss = 0.01;
@@ -93,7 +95,8 @@ int main(int argc, char** argv) {
 
   const auto wall_start = std::chrono::steady_clock::now();
   const std::vector<switchml::Status> status = cluster.value()->AllReduce(ops);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   for (int r = 0; r < workers; ++r) {
     if (!status[r].ok()) {
       std::fprintf(stderr, "rank %d failed: %s\n", r, status[r].ToString().c_str());

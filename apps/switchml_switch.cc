@@ -1,21 +1,22 @@
 // switchml-switch: the switch daemon. gRPC control plane plus either the
 // software UDP data plane or a BMv2 P4 switch that it programs
 // (--dataplane bmv2); stops cleanly on SIGINT or SIGTERM.
+#include <grpc/support/log.h>
+#include <spdlog/spdlog.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
 
-#include <grpc/support/log.h>
-#include <spdlog/spdlog.h>
-
 #include "switchml/switch_server.h"
+#include "switchml/version.h"
 
 namespace {
 
@@ -23,10 +24,11 @@ namespace {
 std::optional<spdlog::level::level_enum> ParseLogLevel(std::string name) {
   using spdlog::level::level_enum;
   static constexpr std::pair<const char*, level_enum> kLevels[] = {
-      {"trace", level_enum::trace}, {"debug", level_enum::debug},  {"info", level_enum::info},
-      {"warn", level_enum::warn},   {"warning", level_enum::warn}, {"error", level_enum::err},
+      {"trace", level_enum::trace},       {"debug", level_enum::debug},  {"info", level_enum::info},
+      {"warn", level_enum::warn},         {"warning", level_enum::warn}, {"error", level_enum::err},
       {"critical", level_enum::critical}, {"off", level_enum::off}};
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   for (const auto& [text, level] : kLevels) {
     if (name == text) return level;
   }
@@ -37,6 +39,7 @@ std::optional<spdlog::level::level_enum> ParseLogLevel(std::string name) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-switch: in-network aggregation in software"};
+  app.set_version_flag("--version", std::string("switchml-switch ") + SWITCHML_VERSION);
   switchml::SwitchConfig config;
   std::string bind = "0.0.0.0";
   std::string port_file;
@@ -51,7 +54,8 @@ int main(int argc, char** argv) {
   app.add_option("--data-threads", config.data_threads,
                  "data threads (shards), each with its own port and core")
       ->check(CLI::Range(1, 64));
-  app.add_option("--pool-slots", config.data_plane.pool_slots, "aggregation slots shared by all jobs")
+  app.add_option("--pool-slots", config.data_plane.pool_slots,
+                 "aggregation slots shared by all jobs")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--max-elements-per-packet", max_elements,
                  "largest elements per packet a job may use: a power of two, 32..8192")
@@ -62,7 +66,8 @@ int main(int argc, char** argv) {
             return (n & (n - 1)) == 0 ? "" : "must be a power of two (32, 64, ..., 8192), not " + v;
           },
           "POWER_OF_TWO"));
-  app.add_option("--max-workers", max_workers, "largest world size of a job")->check(CLI::Range(1, 65534));
+  app.add_option("--max-workers", max_workers, "largest world size of a job")
+      ->check(CLI::Range(1, 65534));
   app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
   app.add_option("--result-multicast", config.result_multicast,
                  "send each result once to a host-local multicast group when all of a job's "
@@ -74,12 +79,15 @@ int main(int argc, char** argv) {
   app.add_option("--udp-offload", config.udp_offload,
                  "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
                  "has them (true/false)");
-  app.add_option("--transport", config.transport, "how data packets travel: udp (kernel UDP sockets)");
+  app.add_option("--transport", config.transport,
+                 "how data packets travel: udp (kernel UDP sockets)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {
-            return ParseLogLevel(v) ? "" : "'" + v + "' is not trace, debug, info, warn, error, critical or off";
+            return ParseLogLevel(v)
+                       ? ""
+                       : "'" + v + "' is not trace, debug, info, warn, error, critical or off";
           },
           "LEVEL"));
   std::string dataplane = "software";
@@ -95,7 +103,8 @@ int main(int argc, char** argv) {
   p4->add_option("--bmv2-switch-mac", bmv2.switch_mac, "the switch's MAC address");
   p4->add_option("--bmv2-elements-per-packet", bmv2.elements_per_packet,
                  "SWITCHML_K of the compiled program");
-  p4->add_option("--bmv2-pool-slots", bmv2.pool_slots, "SWITCHML_POOL_SLOTS of the compiled program");
+  p4->add_option("--bmv2-pool-slots", bmv2.pool_slots,
+                 "SWITCHML_POOL_SLOTS of the compiled program");
   CLI11_PARSE(app, argc, argv);
   if (dataplane == "bmv2") {
     bmv2.cli.clear();

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "switchml/version.h"
 
 namespace {
 
@@ -72,11 +73,14 @@ int RunWorker(const Options& o) {
     gloo::barrier(barrier);
     const auto start = std::chrono::steady_clock::now();
     if (is_float) {
-      AllReduce(context, reinterpret_cast<float*>(in.data()), reinterpret_cast<float*>(out.data()), count);
+      AllReduce(context, reinterpret_cast<float*>(in.data()), reinterpret_cast<float*>(out.data()),
+                count);
     } else {
-      AllReduce(context, reinterpret_cast<int32_t*>(in.data()), reinterpret_cast<int32_t*>(out.data()), count);
+      AllReduce(context, reinterpret_cast<int32_t*>(in.data()),
+                reinterpret_cast<int32_t*>(out.data()), count);
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (rep < 0) continue;
     times.push_back(seconds);
     if (o.rank == 0) {
@@ -85,9 +89,10 @@ int RunWorker(const Options& o) {
     }
   }
   const bench::Verification v =
-      is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed, o.world,
-                                    o.block, false)
-               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, o.world);
+      is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
+                                    o.world, o.block, false)
+               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed,
+                                    o.world);
   nlohmann::json j = bench::ResultJson("gloo", o.world, o.rank, bytes, o.dtype, times, v,
                                        bench::Digest(out.data(), bytes));
   j["algorithm"] = "ring";
@@ -99,6 +104,7 @@ int RunWorker(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-gloo-bench: Gloo ring all-reduce on the inputs of switchml-bench"};
+  app.set_version_flag("--version", std::string("switchml-gloo-bench ") + SWITCHML_VERSION);
   Options o;
   std::vector<std::string> passthrough;
   auto pass = [&](CLI::Option* opt) {
@@ -109,12 +115,14 @@ int main(int argc, char** argv) {
   };
   app.add_option("--rank", o.rank, "this worker's rank");
   app.add_option("--world", o.world, "number of workers")->check(CLI::Range(1, 65534));
-  app.add_option("--local", o.local, "start this many workers here, on loopback")->check(CLI::Range(1, 256));
+  app.add_option("--local", o.local, "start this many workers here, on loopback")
+      ->check(CLI::Range(1, 256));
   app.add_option("--store", o.store, "rendezvous directory shared by the workers");
   app.add_option("--prefix", o.prefix, "rendezvous key prefix (unique per run)");
   pass(app.add_option("--host", o.host, "address this worker listens on"));
   pass(app.add_option("--size", o.size, "tensor size per worker"));
-  pass(app.add_option("--dtype", o.dtype, "float32 or int32")->check(CLI::IsMember({"float32", "int32"})));
+  pass(app.add_option("--dtype", o.dtype, "float32 or int32")
+           ->check(CLI::IsMember({"float32", "int32"})));
   pass(app.add_option("--reps", o.reps, "timed repetitions"));
   pass(app.add_option("--warmup", o.warmup, "untimed repetitions first"));
   pass(app.add_option("--seed", o.seed, "seed of the inputs"));
@@ -126,8 +134,9 @@ int main(int argc, char** argv) {
   if (mkdtemp(dir) == nullptr) return 2;
   const std::string self = bench::SelfDirectory() + "/switchml-gloo-bench";
   const int rc = bench::RunLocalWorkers(o.local, [&](uint32_t r) {
-    std::vector<std::string> argv = {self, "--rank", std::to_string(r), "--world", std::to_string(o.local),
-                                     "--store", dir, "--prefix", "run"};
+    std::vector<std::string> argv = {
+        self,      "--rank", std::to_string(r), "--world", std::to_string(o.local),
+        "--store", dir,      "--prefix",        "run"};
     argv.insert(argv.end(), passthrough.begin(), passthrough.end());
     return argv;
   });

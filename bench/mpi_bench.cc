@@ -13,10 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "switchml/version.h"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   CLI::App app{"switchml-mpi-bench: MPI_Allreduce on the inputs of switchml-bench"};
+  app.set_version_flag("--version", std::string("switchml-mpi-bench ") + SWITCHML_VERSION);
   std::string size = "64MiB", dtype = "float32";
   int reps = 5, warmup = 1;
   uint64_t seed = 1;

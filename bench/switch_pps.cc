@@ -18,21 +18,21 @@
 // generator thread; the figures are summed over the shards. Packets per
 // core-second that hold from 1 to N shards mean nothing is shared; packets
 // per wall second grow with N only where 2N cores are free.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <poll.h>
 #include <pthread.h>
 #include <time.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "switch/data_thread.h"
+#include "switchml/version.h"
 #include "switchml/wire_format.h"
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
@@ -273,7 +273,9 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"switchml-switch-pps: the switch's packets per core-second against a UDP echo server"};
+  CLI::App app{
+      "switchml-switch-pps: the switch's packets per core-second against a UDP echo server"};
+  app.set_version_flag("--version", std::string("switchml-switch-pps ") + SWITCHML_VERSION);
   int workers = 2, rounds = 3, shards = 1;
   uint16_t slots = 64, k = 256;
   double seconds = 2;
@@ -282,7 +284,8 @@ int main(int argc, char** argv) {
   app.add_option("--slots", slots, "slots in flight")->check(CLI::Range(1, 4096));
   app.add_option("--elements-per-packet", k, "int32 values per packet")->check(CLI::Range(1, 8192));
   app.add_option("--seconds", seconds, "length of each measurement");
-  app.add_option("--rounds", rounds, "alternating measurements of each server")->check(CLI::Range(1, 100));
+  app.add_option("--rounds", rounds, "alternating measurements of each server")
+      ->check(CLI::Range(1, 100));
   app.add_option("--shards", shards,
                  "server threads, each with its own socket, pool and generator thread")
       ->check(CLI::Range(1, 64));

@@ -5,12 +5,14 @@
 #include <torch/python.h>
 
 #include "process_group.h"
+#include "switchml/version.h"
 
 namespace py = pybind11;
 using switchml::torch_backend::ProcessGroupSwitchML;
 
 PYBIND11_MODULE(_C, m) {
   py::module::import("torch.distributed");  // registers the c10d base classes
+  m.attr("__version__") = SWITCHML_VERSION;
   py::class_<ProcessGroupSwitchML, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupSwitchML>>(
       m, "ProcessGroupSwitchML")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,

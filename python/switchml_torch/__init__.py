@@ -16,9 +16,9 @@ Gloo process group, so every DDP feature keeps working.
 import torch
 import torch.distributed as dist
 
-from ._C import ProcessGroupSwitchML
+from ._C import ProcessGroupSwitchML, __version__
 
-__all__ = ["ProcessGroupSwitchML"]
+__all__ = ["ProcessGroupSwitchML", "__version__"]
 
 
 def _create_process_group(store, rank, world_size, timeout):

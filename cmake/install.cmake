@@ -1,0 +1,60 @@
+# What `cmake --install` puts where, and how other projects find it:
+#   lib/libswitchml.so            the client library and the embeddable switch
+#   include/switchml/*.h          the public headers (and the generated version.h)
+#   bin/switchml-*                the daemons and tools
+#   lib/cmake/switchml/           find_package(switchml): target switchml::switchml
+#   lib/pkgconfig/switchml.pc     pkg-config --cflags --libs switchml
+#   lib/python3/dist-packages/switchml_torch   the PyTorch backend (when built)
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+# One shared library made of the layers' objects (built position-independent
+# for the static libraries the tree links), so a consumer links one file and needs none of our
+# build's dependencies at compile time: the public headers use only the
+# standard library.
+add_library(switchml SHARED src/common/library.cc
+  $<TARGET_OBJECTS:switchml_core> $<TARGET_OBJECTS:switchml_transport> $<TARGET_OBJECTS:switchml_sim>
+  $<TARGET_OBJECTS:switchml_net> $<TARGET_OBJECTS:switchml_proto>)
+target_link_libraries(switchml PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
+  PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
+target_include_directories(switchml PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_include_directories(switchml PUBLIC
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+  $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+target_compile_features(switchml PUBLIC cxx_std_20)
+set_target_properties(switchml PROPERTIES
+  VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR} EXPORT_NAME switchml)
+add_library(switchml::switchml ALIAS switchml)
+
+install(TARGETS switchml EXPORT switchmlTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/switchml DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.h")
+install(FILES ${PROJECT_BINARY_DIR}/include/switchml/version.h
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/switchml)
+install(EXPORT switchmlTargets NAMESPACE switchml::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
+configure_package_config_file(cmake/switchmlConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/switchmlConfig.cmake
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/switchmlConfigVersion.cmake
+  COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/switchmlConfig.cmake
+  ${PROJECT_BINARY_DIR}/switchmlConfigVersion.cmake
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
+# Relocatable: the prefix is where the .pc file lies, whatever --prefix said.
+file(RELATIVE_PATH SWITCHML_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+configure_file(cmake/switchml.pc.in ${PROJECT_BINARY_DIR}/switchml.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/switchml.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+if(SWITCHML_BUILD_APPS)
+  install(TARGETS switchml-switch switchml-ctl switchml-bench switchml-sim
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
+if(TARGET switchml_torch_ext)
+  set(SWITCHML_PYTHON_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages/switchml_torch)
+  install(TARGETS switchml_torch_ext LIBRARY DESTINATION ${SWITCHML_PYTHON_INSTALL_DIR})
+  install(FILES python/switchml_torch/__init__.py DESTINATION ${SWITCHML_PYTHON_INSTALL_DIR})
+endif()
