@@ -81,8 +81,7 @@ Verification VerifyFloat(const float* out, size_t count, uint64_t seed, uint32_t
       const double error = std::fabs(double(out[begin + j]) - exact);
       // A ring adds in float: n-1 roundings of partial sums, each at most
       // 2^-24 of the running magnitude.
-      const double bound = quantized ? quantization(std::fabs(exact))
-                                     : magnitude * 0x1p-24 * world;
+      const double bound = quantized ? quantization(std::fabs(exact)) : magnitude * 0x1p-24 * world;
       v.max_abs_error = std::max(v.max_abs_error, std::isnan(error) ? INFINITY : error);
       v.error_bound = std::max(v.error_bound, bound);
       if (!(error <= bound)) v.within_bound = false;

@@ -69,6 +69,7 @@ nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t 
 // for all. Each must print one JSON object as its last stdout line. Prints
 // rank 0's object with "ranks_identical" (all result digests equal) added, and
 // returns 0 when every worker succeeded and verified.
-int RunLocalWorkers(uint32_t world, const std::function<std::vector<std::string>(uint32_t)>& argv_of);
+int RunLocalWorkers(uint32_t world,
+                    const std::function<std::vector<std::string>(uint32_t)>& argv_of);
 
 }  // namespace switchml::bench

@@ -3,11 +3,11 @@
 // checks in front of a second data plane: a keyless job, a keyed job and a
 // job registered but not yet installed) and a worker engine. Any crash,
 // sanitizer report or broken invariant is a bug.
+#include <arpa/inet.h>
+
 #include <cstdlib>
 #include <memory>
 #include <vector>
-
-#include <arpa/inet.h>
 
 #include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
@@ -108,7 +108,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::abort();
   }
 
-  if (world->engine->broken()) world->engine = std::make_unique<WorkerEngine>(world->engine->config());
+  if (world->engine->broken())
+    world->engine = std::make_unique<WorkerEngine>(world->engine->config());
   if (world->engine->idle()) {
     (void)world->engine->Submit(world->input.data(), world->output.data(), world->input.size(),
                                 DType::kFloat32, {});

@@ -171,9 +171,8 @@ TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemA
   f.log.clear();
   f.plane->Remove(JobId(77));
   EXPECT_TRUE(f.log.empty());
-  ASSERT_TRUE(f.plane->Install(JobAssignment{JobId(78), 1, 64, 1, 0},
-                               {{Address("10.9.0.1", 5000)}})
-                  .ok());
+  ASSERT_TRUE(
+      f.plane->Install(JobAssignment{JobId(78), 1, 64, 1, 0}, {{Address("10.9.0.1", 5000)}}).ok());
   EXPECT_EQ(f.log[1], "mc_mgrp_create 2");
   EXPECT_NE(f.log[3].find("SwitchmlEgress.to_worker 1 =>"), std::string::npos) << f.log[3];
 }
@@ -182,15 +181,15 @@ TEST(Bmv2DataPlane, AFailedInstallUndoesWhatItAdded) {
   Fixture f;
   f.log.clear();
   f.cli->fail_on = "mc_node_create";
-  const Status s = f.plane->Install(JobAssignment{JobId(5), 1, 64, 4, 0},
-                                    {{Address("10.9.0.1", 5000)}});
+  const Status s =
+      f.plane->Install(JobAssignment{JobId(5), 1, 64, 4, 0}, {{Address("10.9.0.1", 5000)}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("installing job 5 on bmv2"), std::string::npos) << s.message();
   const std::vector<std::string> tail(f.log.end() - 4, f.log.end());
-  const std::vector<std::string> expected = {
-      "mc_mgrp_destroy 2", "table_delete SwitchmlEgress.result_replicas 19",
-      "table_delete SwitchmlIngress.switchml_senders 18",
-      "table_delete SwitchmlIngress.switchml_jobs 17"};
+  const std::vector<std::string> expected = {"mc_mgrp_destroy 2",
+                                             "table_delete SwitchmlEgress.result_replicas 19",
+                                             "table_delete SwitchmlIngress.switchml_senders 18",
+                                             "table_delete SwitchmlIngress.switchml_jobs 17"};
   EXPECT_EQ(tail, expected);
 }
 
@@ -204,7 +203,8 @@ TEST(Bmv2DataPlane, RefusesJobsTheProgramCannotServe) {
 
   ParsedJoin k = join;
   k.request.elements_per_packet = 256;
-  EXPECT_NE(f.plane->CheckJoin(k).message().find("set elements_per_packet = 64"), std::string::npos);
+  EXPECT_NE(f.plane->CheckJoin(k).message().find("set elements_per_packet = 64"),
+            std::string::npos);
   ParsedJoin n = join;
   n.request.world_size = 33;
   EXPECT_NE(f.plane->CheckJoin(n).message().find("32 workers"), std::string::npos);
@@ -241,12 +241,12 @@ TEST(Bmv2Hosts, RejectsBadFilesNamingTheEntry) {
                 .message()
                 .find("ip must be a numeric IPv4 address"),
             std::string::npos);
-  EXPECT_NE(ParseHosts("[[host]]\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:00:01\"\nport = 999\n",
-                       "h")
-                .status()
-                .message()
-                .find("port must be"),
-            std::string::npos);
+  EXPECT_NE(
+      ParseHosts("[[host]]\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:00:01\"\nport = 999\n", "h")
+          .status()
+          .message()
+          .find("port must be"),
+      std::string::npos);
   const std::string twice =
       "[[host]]\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:00:01\"\nport = 1\n"
       "[[host]]\nip = \"10.0.0.1\"\nmac = \"02:00:00:00:00:02\"\nport = 2\n";

@@ -24,18 +24,28 @@ TEST(ContextConfig, TomlRoundTrips) {
 }
 
 TEST(ContextConfig, TomlErrorsNameTheProblem) {
-  EXPECT_NE(ContextConfig::FromTomlString("rnak = 1").status().message().find("unknown configuration key 'rnak'"),
+  EXPECT_NE(ContextConfig::FromTomlString("rnak = 1")
+                .status()
+                .message()
+                .find("unknown configuration key 'rnak'"),
             std::string::npos);
-  EXPECT_NE(ContextConfig::FromTomlString("rank = \"one\"").status().message().find("'rank' must be a non-negative integer"),
+  EXPECT_NE(ContextConfig::FromTomlString("rank = \"one\"")
+                .status()
+                .message()
+                .find("'rank' must be a non-negative integer"),
             std::string::npos);
   EXPECT_NE(ContextConfig::FromTomlString("rank = -1").status().message().find("'rank'"),
             std::string::npos);
-  EXPECT_NE(ContextConfig::FromTomlString("result_multicast = 1").status().message().find("'result_multicast' must be true or false"),
+  EXPECT_NE(ContextConfig::FromTomlString("result_multicast = 1")
+                .status()
+                .message()
+                .find("'result_multicast' must be true or false"),
             std::string::npos);
   EXPECT_NE(ContextConfig::FromTomlString("rank = [").status().message().find("not valid TOML"),
             std::string::npos);
-  EXPECT_NE(ContextConfig::FromTomlFile("/nonexistent.toml").status().message().find("/nonexistent.toml"),
-            std::string::npos);
+  EXPECT_NE(
+      ContextConfig::FromTomlFile("/nonexistent.toml").status().message().find("/nonexistent.toml"),
+      std::string::npos);
 }
 
 TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
@@ -54,7 +64,8 @@ TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
             std::string::npos);
   c.window_slots = 2;
   c.threads = 3;
-  EXPECT_NE(c.Validate().message().find("window_slots=2 is less than threads=3"), std::string::npos);
+  EXPECT_NE(c.Validate().message().find("window_slots=2 is less than threads=3"),
+            std::string::npos);
   c.window_slots = 0;
   c.elements_per_packet = 0;
   EXPECT_TRUE(c.Validate().ok());
@@ -65,8 +76,9 @@ TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
   EXPECT_FALSE(c.Set("bogus", "1").ok());
   EXPECT_TRUE(c.Set("result_multicast", "false").ok());
   EXPECT_FALSE(c.result_multicast);
-  EXPECT_NE(c.Set("result_multicast", "no").message().find("result_multicast='no' is not true or false"),
-            std::string::npos);
+  EXPECT_NE(
+      c.Set("result_multicast", "no").message().find("result_multicast='no' is not true or false"),
+      std::string::npos);
   EXPECT_TRUE(c.Set("busy_poll_us", "0").ok());
   EXPECT_EQ(c.busy_poll_us, 0u);
   c.busy_poll_us = 100001;

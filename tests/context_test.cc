@@ -29,8 +29,8 @@ struct Shape {
   uint32_t world;
   uint32_t threads;
   size_t count;
-  uint16_t shards = 1;  // the switch's data threads
-  bool multicast = true;  // the workers accept results by multicast
+  uint16_t shards = 1;          // the switch's data threads
+  bool multicast = true;        // the workers accept results by multicast
   uint32_t busy_poll_us = 200;  // switch and workers poll this long before sleeping
 };
 
@@ -114,30 +114,25 @@ TEST_P(ContextAllReduce, Int32IsExactAndFloat32WithinBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Loopback, ContextAllReduce,
-                         ::testing::Values(Shape{2, 1, 100000}, Shape{4, 1, 70001},
-                                           Shape{8, 1, 20000}, Shape{3, 2, 50000},
-                                           Shape{2, 3, 7}, Shape{2, 1, 0},
-                                           // A sharded switch: worker thread t
-                                           // talks to data thread t % shards.
-                                           Shape{3, 2, 50000, 2}, Shape{2, 5, 30001, 3},
-                                           Shape{2, 1, 1000, 2},
-                                           // 8 MiB and more: results stored past the caches.
-                                           Shape{2, 2, (8 << 20) / 4 + 1001},
-                                           // Results by unicast, one per rank.
-                                           Shape{4, 1, 70001, 1, false},
-                                           Shape{3, 2, 50000, 2, false},
-                                           // Threads that sleep as soon as they are idle.
-                                           Shape{4, 1, 70001, 1, true, 0},
-                                           Shape{3, 2, 50000, 2, true, 0}),
-                         [](const auto& info) {
-                           return "n" + std::to_string(info.param.world) + "_t" +
-                                  std::to_string(info.param.threads) + "_len" +
-                                  std::to_string(info.param.count) + "_s" +
-                                  std::to_string(info.param.shards) +
-                                  (info.param.multicast ? "" : "_unicast") +
-                                  (info.param.busy_poll_us ? "" : "_no_busy_poll");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Loopback, ContextAllReduce,
+    ::testing::Values(Shape{2, 1, 100000}, Shape{4, 1, 70001}, Shape{8, 1, 20000},
+                      Shape{3, 2, 50000}, Shape{2, 3, 7}, Shape{2, 1, 0},
+                      // A sharded switch: worker thread t
+                      // talks to data thread t % shards.
+                      Shape{3, 2, 50000, 2}, Shape{2, 5, 30001, 3}, Shape{2, 1, 1000, 2},
+                      // 8 MiB and more: results stored past the caches.
+                      Shape{2, 2, (8 << 20) / 4 + 1001},
+                      // Results by unicast, one per rank.
+                      Shape{4, 1, 70001, 1, false}, Shape{3, 2, 50000, 2, false},
+                      // Threads that sleep as soon as they are idle.
+                      Shape{4, 1, 70001, 1, true, 0}, Shape{3, 2, 50000, 2, true, 0}),
+    [](const auto& info) {
+      return "n" + std::to_string(info.param.world) + "_t" + std::to_string(info.param.threads) +
+             "_len" + std::to_string(info.param.count) + "_s" + std::to_string(info.param.shards) +
+             (info.param.multicast ? "" : "_unicast") +
+             (info.param.busy_poll_us ? "" : "_no_busy_poll");
+    });
 
 // elements_per_packet 0: loopback's 64 KiB MTU carries 8192, the switch
 // (default limit 1024) less; every rank gets the switch's choice. A fixed
@@ -173,7 +168,8 @@ TEST(ContextJobs, TwoConcurrentJobsWithDifferentWorldSizesAreIsolated) {
   a = StartAll(Configs(*sw, "a", 2));
   start_b.join();
   const size_t n = 30000;
-  std::vector<std::vector<int32_t>> ia(2, std::vector<int32_t>(n, 1)), ib(3, std::vector<int32_t>(n, 10));
+  std::vector<std::vector<int32_t>> ia(2, std::vector<int32_t>(n, 1)),
+      ib(3, std::vector<int32_t>(n, 10));
   std::thread run_b([&] {
     ForEachRank(3, [&](size_t r) {
       EXPECT_TRUE(b[r]->AllReduce(ib[r].data(), ib[r].data(), n, DType::kInt32).ok());
@@ -268,7 +264,8 @@ TEST(SwitchSecurity, ForgedResultsOnTheGroupsAreNotReceived) {
   ASSERT_EQ(sw->result_ports().size(), 1u);
   auto contexts = StartAll(Configs(*sw, "job", 2));
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
-  auto stranger = transport::udp::UdpSocket::Bind(sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
+  auto stranger = transport::udp::UdpSocket::Bind(
+      sockaddr_in{AF_INET, 0, {htonl(INADDR_LOOPBACK)}, {}}, 1 << 20);
   ASSERT_TRUE(stranger.ok());
   ASSERT_TRUE(stranger.value().SetHostLocalMulticast().ok());  // never off this host
   // Well-formed results of any early job id, to every group the job could have.
@@ -310,7 +307,9 @@ TEST(ContextJobs, RankThatLeavesFailsTheOthersNamingItAndTheSwitchFreesTheJob) {
     EXPECT_NE(s.message().find("rank 2 left job 'job'"), std::string::npos) << s.message();
   }
   // The switch freed the job: its whole pool is free again ...
-  for (int i = 0; i < 100 && sw->PrometheusText().find("switchml_pool_free_slots 64\n") == std::string::npos; ++i) {
+  for (int i = 0;
+       i < 100 && sw->PrometheusText().find("switchml_pool_free_slots 64\n") == std::string::npos;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_NE(sw->PrometheusText().find("switchml_pool_free_slots 64\n"), std::string::npos)
@@ -392,8 +391,9 @@ TEST(ContextRegistration, MissingRanksTimeOutWithTheirNames) {
   auto c = Context::Start(configs[1]);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(c.status().message().find("only 1 of 3 ranks joined within 300 ms; missing rank(s) 0, 2"),
-            std::string::npos)
+  EXPECT_NE(
+      c.status().message().find("only 1 of 3 ranks joined within 300 ms; missing rank(s) 0, 2"),
+      std::string::npos)
       << c.status().message();
 }
 

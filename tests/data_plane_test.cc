@@ -57,7 +57,8 @@ class DataPlaneTest : public ::testing::Test {
   }
   std::vector<int32_t> OutValues() const {
     std::vector<int32_t> values;
-    for (size_t i = kHeaderBytes; i < last_bytes_; i += 4) values.push_back(int32_t(LoadBe32(&out_[i])));
+    for (size_t i = kHeaderBytes; i < last_bytes_; i += 4)
+      values.push_back(int32_t(LoadBe32(&out_[i])));
     return values;
   }
   Verdict Keep(Verdict v) {
@@ -246,7 +247,8 @@ TEST_F(DataPlaneTest, InvalidFieldsAreCountedPerReason) {
   EXPECT_EQ(c.TotalDrops(), 6u);
   EXPECT_EQ(c.packets, 6u);
   EXPECT_EQ(c.decode_errors[size_t(DecodeError::kTooShort)], 1u);
-  EXPECT_EQ(dp_->JobCounters(JobId(1)).TotalDrops(), 4u);  // the unknown-job and malformed ones are global
+  EXPECT_EQ(dp_->JobCounters(JobId(1)).TotalDrops(),
+            4u);  // the unknown-job and malformed ones are global
   EXPECT_EQ(c.contributions, 0u);
 }
 

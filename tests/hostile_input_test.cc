@@ -51,7 +51,8 @@ std::vector<uint8_t> ValidPacket(std::mt19937_64& rng, int iteration) {
 void Mutate(std::vector<uint8_t>& b, std::mt19937_64& rng) {
   switch (rng() % 6) {
     case 0:  // flip a few bytes anywhere
-      for (int i = 0, n = 1 + int(rng() % 4); i < n && !b.empty(); ++i) b[rng() % b.size()] ^= uint8_t(1 + rng() % 255);
+      for (int i = 0, n = 1 + int(rng() % 4); i < n && !b.empty(); ++i)
+        b[rng() % b.size()] ^= uint8_t(1 + rng() % 255);
       break;
     case 1:  // truncate
       b.resize(rng() % (b.size() + 1));

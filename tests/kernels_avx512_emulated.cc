@@ -4,12 +4,12 @@
 // This file is compiled without -mavx512f: SIMDe then maps the _mm512_ names
 // onto its own code.
 #define SIMDE_ENABLE_NATIVE_ALIASES
+#include "kernels_avx512_emulated.h"
+
 #include <simde/x86/avx512.h>
 
 #include <atomic>
 #include <cstdint>
-
-#include "kernels_avx512_emulated.h"
 
 // SIMDe 0.7.4 lacks the 512-bit float conversions and the 512-bit streaming
 // store. Intel defines the conversions lane by lane, so two of SIMDe's

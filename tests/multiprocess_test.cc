@@ -1,11 +1,10 @@
 // The networked system as users run it: a switchml-switch process and
 // switchml-bench worker processes on loopback, with kill -9 of a worker and
 // of the switch.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>
@@ -76,7 +75,9 @@ class Process {
 
 class Switch {
  public:
-  Switch() : port_file_("/tmp/switchml-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++)) {
+  Switch()
+      : port_file_("/tmp/switchml-test-" + std::to_string(getpid()) + "-" +
+                   std::to_string(counter_++)) {
     Start();
   }
   void Start() {
@@ -118,9 +119,9 @@ class Switch {
 
 std::unique_ptr<Process> Worker(const Switch& sw, const std::string& job, int rank, int world,
                                 const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {kBin + "/switchml-bench", "--switch", sw.address(), "--job", job,
-                                   "--rank", std::to_string(rank), "--world", std::to_string(world),
-                                   "--pool-slots", "32"};
+  std::vector<std::string> argv = {
+      kBin + "/switchml-bench", "--switch", sw.address(),          "--job",        job, "--rank",
+      std::to_string(rank),     "--world",  std::to_string(world), "--pool-slots", "32"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   return std::make_unique<Process>(argv);
 }
@@ -151,7 +152,8 @@ TEST_P(MultiProcess, WorkersAgreeAndVerify) {
 
 INSTANTIATE_TEST_SUITE_P(Loopback, MultiProcess,
                          ::testing::Values(Case{2, "int32"}, Case{2, "float32"}, Case{4, "int32"},
-                                           Case{4, "float32"}, Case{8, "int32"}, Case{8, "float32"}),
+                                           Case{4, "float32"}, Case{8, "int32"},
+                                           Case{8, "float32"}),
                          [](const auto& info) {
                            return "n" + std::to_string(info.param.world) + "_" + info.param.dtype;
                          });
@@ -159,8 +161,10 @@ INSTANTIATE_TEST_SUITE_P(Loopback, MultiProcess,
 TEST(MultiProcessJobs, TwoConcurrentJobsWithDifferentWorldSizes) {
   Switch sw;
   std::vector<std::unique_ptr<Process>> workers;
-  for (int r = 0; r < 2; ++r) workers.push_back(Worker(sw, "a", r, 2, {"--size", "2MiB", "--reps", "3"}));
-  for (int r = 0; r < 3; ++r) workers.push_back(Worker(sw, "b", r, 3, {"--size", "2MiB", "--reps", "3"}));
+  for (int r = 0; r < 2; ++r)
+    workers.push_back(Worker(sw, "a", r, 2, {"--size", "2MiB", "--reps", "3"}));
+  for (int r = 0; r < 3; ++r)
+    workers.push_back(Worker(sw, "b", r, 3, {"--size", "2MiB", "--reps", "3"}));
   for (auto& w : workers) EXPECT_EQ(w->Wait(), 0) << w->output();
 }
 
@@ -168,8 +172,8 @@ TEST(MultiProcessFailures, KilledWorkerFailsTheOthersNamingItThenANewJobPasses) 
   Switch sw;
   std::vector<std::unique_ptr<Process>> workers;
   for (int r = 0; r < 3; ++r) {
-    workers.push_back(Worker(sw, "job", r, 3,
-                             {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
+    workers.push_back(Worker(
+        sw, "job", r, 3, {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
   }
   std::this_thread::sleep_for(1500ms);  // well into the repetitions
   workers[1]->Kill(SIGKILL);
@@ -181,7 +185,8 @@ TEST(MultiProcessFailures, KilledWorkerFailsTheOthersNamingItThenANewJobPasses) 
   // The switch freed the job.
   EXPECT_NE(sw.Stats().find("switchml_pool_free_slots 256\n"), std::string::npos) << sw.Stats();
   std::vector<std::unique_ptr<Process>> again;
-  for (int r = 0; r < 2; ++r) again.push_back(Worker(sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
+  for (int r = 0; r < 2; ++r)
+    again.push_back(Worker(sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
   for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
 }
 
@@ -189,8 +194,8 @@ TEST(MultiProcessFailures, KilledSwitchFailsWorkersCleanlyAndARestartedOneServes
   auto sw = std::make_unique<Switch>();
   std::vector<std::unique_ptr<Process>> workers;
   for (int r = 0; r < 2; ++r) {
-    workers.push_back(Worker(*sw, "job", r, 2,
-                             {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
+    workers.push_back(Worker(
+        *sw, "job", r, 2, {"--size", "4MiB", "--reps", "100000", "--failure-timeout-ms", "5000"}));
   }
   std::this_thread::sleep_for(1500ms);
   sw->process().Kill(SIGKILL);
@@ -201,7 +206,8 @@ TEST(MultiProcessFailures, KilledSwitchFailsWorkersCleanlyAndARestartedOneServes
   }
   sw->Restart();
   std::vector<std::unique_ptr<Process>> again;
-  for (int r = 0; r < 2; ++r) again.push_back(Worker(*sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
+  for (int r = 0; r < 2; ++r)
+    again.push_back(Worker(*sw, "job", r, 2, {"--size", "1MiB", "--reps", "1"}));
   for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
 }
 
@@ -236,8 +242,13 @@ TEST(CommandLine, SwitchRejectsBadSettingsAtStart) {
       {"--max-elements-per-packet", "100"},
   };
   for (const auto& args : bad) {
-    std::vector<std::string> argv = {kBin + "/switchml-switch", "--bind", "127.0.0.1",
-                                     "--control-port", "0", "--data-port", "0"};
+    std::vector<std::string> argv = {kBin + "/switchml-switch",
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--control-port",
+                                     "0",
+                                     "--data-port",
+                                     "0"};
     argv.insert(argv.end(), args.begin(), args.end());
     Process p(argv);
     EXPECT_NE(p.Wait(), 0) << args[0] << " " << args[1];
@@ -285,7 +296,7 @@ TEST(CommandLine, BenchSettingsTakeFileThenEnvironmentThenFlags) {
   std::ofstream(file) << "switch_address = \"" << sw.address() << "\"\n"
                       << "rank = 0\nworld_size = 1\npool_slots = 16\nelements_per_packet = 256\n"
                       << "threads = 1\n";
-  setenv("SWITCHML_POOL_SLOTS", "24", 1);          // over the file
+  setenv("SWITCHML_POOL_SLOTS", "24", 1);            // over the file
   setenv("SWITCHML_ELEMENTS_PER_PACKET", "128", 1);  // over the file, under the flag
   Process p({kBin + "/switchml-bench", "--config", file, "--elements-per-packet", "512", "--size",
              "64KiB", "--reps", "1"});

@@ -60,7 +60,7 @@ TEST(OpDescriptor, ProposedSlotsAgreeOnTheRoundedUpMean) {
   c.proposed_slots = 65535;
   const auto sums = Summed({a, b, a});
   EXPECT_EQ(CheckDescriptorSums(a, sums.data(), 3), "");
-  EXPECT_EQ(AgreedSlots(sums.data(), 3), 11);  // 33 / 3
+  EXPECT_EQ(AgreedSlots(sums.data(), 3), 11);            // 33 / 3
   EXPECT_EQ(AgreedSlots(Summed({a, b}).data(), 2), 12);  // 23 / 2, rounded up
   EXPECT_EQ(AgreedSlots(Summed(std::vector<OpDescriptor>(65534, c)).data(), 65534), 65535);
   a.proposed_slots = 0;

@@ -74,7 +74,7 @@ TEST(PacketAuth, NoncesNeverRepeatAndOtherSendersVerify) {
   EXPECT_TRUE(receiver.Verify(a));
   EXPECT_TRUE(receiver.Verify(b));
   EXPECT_NE(a, b);
-  EXPECT_EQ(a[PacketBytes(4)], 1);      // sender id 3 << 16 | 1, little-endian
+  EXPECT_EQ(a[PacketBytes(4)], 1);  // sender id 3 << 16 | 1, little-endian
   EXPECT_EQ(a[PacketBytes(4) + 2], 3);
 }
 

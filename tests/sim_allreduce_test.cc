@@ -72,13 +72,15 @@ std::vector<std::vector<float>> FloatInputs(uint16_t world, size_t count, uint64
 // every rank succeeded).
 template <typename T>
 std::vector<std::vector<T>> RunOp(SimCluster& cluster, const std::vector<std::vector<T>>& in,
-                                DType dtype) {
+                                  DType dtype) {
   const size_t world = in.size();
   std::vector<std::vector<T>> out(world, std::vector<T>(in[0].size(), T(-7)));
   std::vector<SimRankOp> ops;
-  for (size_t r = 0; r < world; ++r) ops.push_back({in[r].data(), out[r].data(), in[r].size(), dtype});
+  for (size_t r = 0; r < world; ++r)
+    ops.push_back({in[r].data(), out[r].data(), in[r].size(), dtype});
   const std::vector<Status> status = cluster.AllReduce(ops);
-  for (size_t r = 0; r < world; ++r) EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
+  for (size_t r = 0; r < world; ++r)
+    EXPECT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
   return out;
 }
 
@@ -148,7 +150,9 @@ TEST_P(SimAllReduce, MatchesExactSumAndLossFreeRunBitwise) {
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const auto [world, count, dtype, profile] = info.param;
-  const char* p = profile == Profile::kClean ? "clean" : profile == Profile::kLossy1 ? "loss1" : "loss10";
+  const char* p = profile == Profile::kClean    ? "clean"
+                  : profile == Profile::kLossy1 ? "loss1"
+                                                : "loss10";
   return "n" + std::to_string(world) + "_len" + std::to_string(count) + "_" +
          std::string(DTypeName(dtype)) + "_" + p;
 }
@@ -158,7 +162,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Small, SimAllReduce,
     ::testing::Combine(::testing::Values<uint16_t>(1, 2, 3, 8),
-                       ::testing::Values<size_t>(0, 1, kK - 1, kK + 1, kSlots * kK + 3,
+                       ::testing::Values<size_t>(0, 1, kK - 1, kK + 1, kSlots* kK + 3,
                                                  2 * kSlots * kK - 5, 40 * kK + 17),
                        ::testing::Values(DType::kInt32, DType::kFloat32),
                        ::testing::Values(Profile::kClean, Profile::kLossy1, Profile::kLossy10)),
@@ -215,8 +219,10 @@ TEST(SimAllReduceSequence, OperationsQueuedTogetherRunInOrder) {
       EXPECT_TRUE(s.ok()) << s.ToString();
       ++finished;
     };
-    ASSERT_TRUE(c.worker(r).Submit(a[r].data(), out_a[r].data(), a[r].size(), DType::kInt32, done).ok());
-    ASSERT_TRUE(c.worker(r).Submit(b[r].data(), out_b[r].data(), b[r].size(), DType::kInt32, done).ok());
+    ASSERT_TRUE(
+        c.worker(r).Submit(a[r].data(), out_a[r].data(), a[r].size(), DType::kInt32, done).ok());
+    ASSERT_TRUE(
+        c.worker(r).Submit(b[r].data(), out_b[r].data(), b[r].size(), DType::kInt32, done).ok());
   }
   c.network().Run();
   EXPECT_EQ(finished, 6);
@@ -265,7 +271,8 @@ TEST(SimAllReduceFailure, DeadSwitchFailsEveryWorker) {
   const auto in = IntInputs(3, 100 * kK);
   std::vector<std::vector<int32_t>> out(3, std::vector<int32_t>(in[0].size()));
   std::vector<SimRankOp> ops;
-  for (uint16_t r = 0; r < 3; ++r) ops.push_back({in[r].data(), out[r].data(), in[r].size(), DType::kInt32});
+  for (uint16_t r = 0; r < 3; ++r)
+    ops.push_back({in[r].data(), out[r].data(), in[r].size(), DType::kInt32});
   for (const Status& s : cluster.value()->AllReduce(ops)) {
     EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded);
     EXPECT_NE(s.message().find("no answer from the switch"), std::string::npos) << s.message();
@@ -324,7 +331,8 @@ TEST_P(SimAllReduceNonFinite, ChunksWithNanOrInfAreNanOnEveryRank) {
   in[2][7 * kK] = -std::numeric_limits<float>::infinity();
   std::vector<std::vector<float>> out(3, std::vector<float>(in[0].size()));
   std::vector<SimRankOp> ops;
-  for (uint16_t r = 0; r < 3; ++r) ops.push_back({in[r].data(), out[r].data(), in[r].size(), DType::kFloat32});
+  for (uint16_t r = 0; r < 3; ++r)
+    ops.push_back({in[r].data(), out[r].data(), in[r].size(), DType::kFloat32});
   const std::vector<Status> status = c.AllReduce(ops);
   for (uint16_t r = 0; r < 3; ++r) {
     if (raise) {
@@ -336,7 +344,8 @@ TEST_P(SimAllReduceNonFinite, ChunksWithNanOrInfAreNanOnEveryRank) {
     }
     for (size_t i = 0; i < out[r].size(); ++i) {
       const size_t chunk = i / kK;
-      ASSERT_EQ(std::isnan(out[r][i]), chunk == 3 || chunk == 7) << "rank " << r << " element " << i;
+      ASSERT_EQ(std::isnan(out[r][i]), chunk == 3 || chunk == 7)
+          << "rank " << r << " element " << i;
     }
     // The finite chunks are bitwise the same on every rank.
     EXPECT_EQ(std::memcmp(out[r].data(), out[0].data(), 3 * kK * sizeof(float)), 0);

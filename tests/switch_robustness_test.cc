@@ -8,13 +8,13 @@
 
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <random>
 #include <regex>
+#include <sstream>
 
+#include "net/packet_auth.h"
 #include "net_test_util.h"
 #include "switchml/control.grpc.pb.h"
-#include "net/packet_auth.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -79,7 +79,8 @@ TEST(SwitchResources, TenThousandJobsKeepMemoryFlat) {
   const size_t before = ResidentBytes();
   for (int i = 1000; i < 11000; ++i) one_job(i);
   const size_t after = ResidentBytes();
-  EXPECT_LT(after, before + (8u << 20)) << "resident memory grew from " << before << " to " << after;
+  EXPECT_LT(after, before + (8u << 20))
+      << "resident memory grew from " << before << " to " << after;
   const std::string stats = sw->PrometheusText();
   EXPECT_EQ(Metric(stats, "switchml_pool_free_slots"), 256) << stats;
   EXPECT_EQ(stats.find("switchml_job_active"), std::string::npos) << "jobs left over";
@@ -315,8 +316,10 @@ TEST_P(MisconfiguredRank, FailsEveryRankWithTheSameMessage) {
   std::vector<std::unique_ptr<Context>> contexts(3);
   auto start = [&](size_t r) {
     auto c = Context::Start(configs[r]);
-    if (c.ok()) contexts[r] = std::move(c).value();
-    else errors[r] = c.status();
+    if (c.ok())
+      contexts[r] = std::move(c).value();
+    else
+      errors[r] = c.status();
   };
   std::thread first(start, 0), third(start, 2);
   while (Metric(sw->PrometheusText(), "switchml_job_ranks_joined{job=\"mixed\",id=\"0\"}") != 2) {
@@ -340,19 +343,19 @@ TEST_P(MisconfiguredRank, FailsEveryRankWithTheSameMessage) {
 
 INSTANTIATE_TEST_SUITE_P(
     Field, MisconfiguredRank,
-    ::testing::Values(
-        Misconfiguration{"world_size", [](ContextConfig& c) { c.world_size = 4; },
-                         "world_size 4 differs from the job's 3"},
-        Misconfiguration{"elements_per_packet", [](ContextConfig& c) { c.elements_per_packet = 512; },
-                         "elements_per_packet 512 differs from the job's 256"},
-        Misconfiguration{"pool_slots", [](ContextConfig& c) { c.pool_slots = 64; },
-                         "pool_slots 64 differs from the job's 32"},
-        Misconfiguration{"threads", [](ContextConfig& c) { c.threads = 2; },
-                         "threads 2 differs from the job's 1"},
-        Misconfiguration{"auth_key", [](ContextConfig& c) { c.auth_key = kKeyHex; },
-                         "auth_key differs from the job's"},
-        Misconfiguration{"duplicate_rank", [](ContextConfig& c) { c.rank = 0; },
-                         "rank 0 is already registered"}),
+    ::testing::Values(Misconfiguration{"world_size", [](ContextConfig& c) { c.world_size = 4; },
+                                       "world_size 4 differs from the job's 3"},
+                      Misconfiguration{"elements_per_packet",
+                                       [](ContextConfig& c) { c.elements_per_packet = 512; },
+                                       "elements_per_packet 512 differs from the job's 256"},
+                      Misconfiguration{"pool_slots", [](ContextConfig& c) { c.pool_slots = 64; },
+                                       "pool_slots 64 differs from the job's 32"},
+                      Misconfiguration{"threads", [](ContextConfig& c) { c.threads = 2; },
+                                       "threads 2 differs from the job's 1"},
+                      Misconfiguration{"auth_key", [](ContextConfig& c) { c.auth_key = kKeyHex; },
+                                       "auth_key differs from the job's"},
+                      Misconfiguration{"duplicate_rank", [](ContextConfig& c) { c.rank = 0; },
+                                       "rank 0 is already registered"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A hand-made worker (raw gRPC and UDP) sends unsigned, tampered and

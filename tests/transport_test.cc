@@ -214,8 +214,9 @@ TEST_P(EndpointContract, ABoundPortIsTaken) {
   ASSERT_TRUE(a.ok());
   auto again = transport->Open(a.value()->local_address(), Options());
   ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.status().message().find(std::to_string(ntohs(a.value()->local_address().sin_port))),
-            std::string::npos)
+  EXPECT_NE(
+      again.status().message().find(std::to_string(ntohs(a.value()->local_address().sin_port))),
+      std::string::npos)
       << again.status().message();
 }
 
@@ -366,7 +367,8 @@ Outputs RunJob(std::shared_ptr<Transport> transport, bool multicast) {
       int64_t sum = 0;
       for (uint32_t q = 0; q < kWorld; ++q) sum += ints[q][i];
       if (out.ints[r][i] != int32_t(sum)) {
-        ADD_FAILURE() << "rank " << r << " element " << i << ": " << out.ints[r][i] << " != " << sum;
+        ADD_FAILURE() << "rank " << r << " element " << i << ": " << out.ints[r][i]
+                      << " != " << sum;
         return out;
       }
     }

@@ -141,15 +141,15 @@ TEST_P(UdpOffload, SameDatagramsInOrderPerDestination) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Paths, UdpOffload,
-    ::testing::Values(Case{true, true, false}, Case{true, false, false}, Case{false, true, false},
-                      Case{false, false, false}, Case{true, true, true}),
-    [](const auto& info) {
-      const Case& c = info.param;
-      return std::string(c.segmentation ? "Gso" : "NoGso") + (c.coalescing ? "Gro" : "NoGro") +
-             (c.refuse ? "Refused" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Paths, UdpOffload,
+                         ::testing::Values(Case{true, true, false}, Case{true, false, false},
+                                           Case{false, true, false}, Case{false, false, false},
+                                           Case{true, true, true}),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return std::string(c.segmentation ? "Gso" : "NoGso") +
+                                  (c.coalescing ? "Gro" : "NoGro") + (c.refuse ? "Refused" : "");
+                         });
 
 }  // namespace
 }  // namespace switchml::transport::udp

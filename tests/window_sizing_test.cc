@@ -119,7 +119,8 @@ RunResult TwoAllReduces(const SimClusterOptions& options) {
   run.window = c.value()->worker(0).counters().window;
   for (uint16_t r = 0; r < kWorld; ++r) {
     for (size_t i = 0; i < kCount; i += 997) {
-      EXPECT_EQ(run.out[r][i], int32_t(4 * i * 31 + 6 * 1000003)) << "rank " << r << " element " << i;
+      EXPECT_EQ(run.out[r][i], int32_t(4 * i * 31 + 6 * 1000003))
+          << "rank " << r << " element " << i;
     }
   }
   return run;

@@ -50,8 +50,8 @@ TEST(WireFormat, RoundTripsEveryField) {
 TEST(WireFormat, FieldsAreBigEndianAtDocumentedOffsets) {
   const std::vector<uint8_t> b = Encode(SampleHeader(3));
   const std::vector<uint8_t> expected = {0x53, 0x4D, kWireVersion, 2,    0xA1, 0xB2, 0xC3, 0xD4,
-                                         0x01, 0x02, 0x03, 0x04,   0x05, 0x06, 0x07, 0x08,
-                                         0x00, 0x03, 0x01, 0x00,   0xFF, 0x82, 0x00, 0x80};
+                                         0x01, 0x02, 0x03,         0x04, 0x05, 0x06, 0x07, 0x08,
+                                         0x00, 0x03, 0x01,         0x00, 0xFF, 0x82, 0x00, 0x80};
   EXPECT_EQ(std::vector<uint8_t>(b.begin(), b.begin() + kHeaderBytes), expected);
 }
 
@@ -136,7 +136,7 @@ TEST(WireFormat, EveryHeaderBitFlipIsRejectedOrFaithful) {
 }
 
 TEST(ElementsPerPacketForMtu, LargestPowerOfTwoThatFits) {
-  EXPECT_EQ(ElementsPerPacketForMtu(1500), 256);   // 1024 + 24 + 28 + 28 <= 1500
+  EXPECT_EQ(ElementsPerPacketForMtu(1500), 256);  // 1024 + 24 + 28 + 28 <= 1500
   EXPECT_EQ(ElementsPerPacketForMtu(9000), 2048);
   EXPECT_EQ(ElementsPerPacketForMtu(65536), 8192);  // loopback: capped
   EXPECT_EQ(ElementsPerPacketForMtu(MaxPacketBytes(512) + 28), 512);

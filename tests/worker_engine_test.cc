@@ -145,9 +145,9 @@ TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
   const std::vector<float> original = x;
   Status result;
   bool called = false;
-  ASSERT_TRUE(e.Submit(x.data(), x.data(), x.size(), DType::kFloat32,
-                       [&](OpId, const Status& s) { result = s, called = true; })
-                  .ok());
+  ASSERT_TRUE(e.Submit(x.data(), x.data(), x.size(), DType::kFloat32, [&](OpId, const Status& s) {
+                 result = s, called = true;
+               }).ok());
   std::vector<uint8_t> out(PacketBytes(32)), lost;
   int resent = 0;
   Nanos now(0);
@@ -155,7 +155,7 @@ TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
   for (size_t delivered = 0; !called;) {
     for (; delivered < sink.sent.size(); ++delivered) {
       const std::vector<uint8_t> p = sink.sent[delivered];  // OnPacket appends
-      if (lost.empty() && HeaderOf(p).chunk >= 2) {  // the first data round's first packet
+      if (lost.empty() && HeaderOf(p).chunk >= 2) {         // the first data round's first packet
         lost = p;
         continue;
       }
@@ -183,9 +183,9 @@ TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
   std::vector<int32_t> x(10, 1), y(10);
   Status result;
   bool called = false;
-  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
-                       [&](OpId, const Status& s) { result = s, called = true; })
-                  .ok());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 result = s, called = true;
+               }).ok());
   // Rank 1 contributes, rank 2 never does; every packet of rank 0 reaches the switch.
   std::vector<uint8_t> out(PacketBytes(32));
   Nanos now(0);
@@ -216,9 +216,9 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
   std::vector<int32_t> x(4 * 32, 1), y(x.size());
   Status result;
   bool called = false;
-  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
-                       [&](OpId, const Status& s) { result = s, called = true; })
-                  .ok());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 result = s, called = true;
+               }).ok());
   std::vector<uint8_t> out(PacketBytes(32));
   Nanos now(0);
   e.OnTimer(now, sink);
@@ -247,12 +247,10 @@ TEST(WorkerEngine, LostPacketIsResentWhenLaterResultsOvertakeIt) {
   std::vector<int32_t> x(8 * 32), y(x.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i);
   bool done = false;
-  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32,
-                       [&](OpId, const Status& s) {
-                         EXPECT_TRUE(s.ok());
-                         done = true;
-                       })
-                  .ok());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 EXPECT_TRUE(s.ok());
+                 done = true;
+               }).ok());
   e.OnTimer(Nanos(0), sink);
   ASSERT_EQ(sink.sent.size(), 8u);
   const std::vector<uint8_t> lost = sink.sent[0];  // slot 0's packet never arrives
@@ -288,9 +286,9 @@ TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   RecordingSink sink;
   std::vector<int32_t> x(10, 1), y(10);
   Status result;
-  ASSERT_TRUE(
-      e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) { result = s; })
-          .ok());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 result = s;
+               }).ok());
   int steps = 0;
   while (e.NextDeadline() != Nanos::max() && ++steps < 1000) e.OnTimer(e.NextDeadline(), sink);
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);

@@ -17,22 +17,22 @@ constexpr uint32_t kMaxBusyPollUs = 100000;
 
 struct ContextConfig {
   std::string switch_address = "127.0.0.1:48800";  // control plane, HOST[:PORT]
-  std::string job_name = "default";  // ranks with the same name form one job
-  std::string local_address;         // IPv4 to send from; empty: the route to the switch decides
-  uint32_t rank = 0;                 // 0..world_size-1
+  std::string job_name = "default";                // ranks with the same name form one job
+  std::string local_address;  // IPv4 to send from; empty: the route to the switch decides
+  uint32_t rank = 0;          // 0..world_size-1
   uint32_t world_size = 1;
-  uint32_t threads = 1;              // I/O threads, each with its own socket and slot range
+  uint32_t threads = 1;  // I/O threads, each with its own socket and slot range
   // int32 values per packet, 32..8192; 0: the largest that fits every
   // rank's path MTU and the switch (hardware switches take 64 or 256).
   uint32_t elements_per_packet = 0;
-  uint32_t pool_slots = 128;         // switch slots reserved for this job: the most in flight
+  uint32_t pool_slots = 128;  // switch slots reserved for this job: the most in flight
   // Packets in flight (split over threads); 0: sized from the measured round
   // trip and delivery rate (twice the bandwidth-delay product).
   uint32_t window_slots = 0;
-  uint32_t retransmit_timeout_us = 2000;       // first retransmission of a lost packet
+  uint32_t retransmit_timeout_us = 2000;        // first retransmission of a lost packet
   uint32_t max_retransmit_timeout_us = 200000;  // back-off cap
-  uint32_t failure_timeout_ms = 10000;  // no progress for this long fails the job
-  uint32_t join_timeout_ms = 60000;     // wait this long for all ranks to join
+  uint32_t failure_timeout_ms = 10000;          // no progress for this long fails the job
+  uint32_t join_timeout_ms = 60000;             // wait this long for all ranks to join
   uint32_t socket_buffer_bytes = 8u << 20;
   // Accept results by host-local multicast: when every rank of the job is on
   // the switch's host, the switch then sends each result once for all of

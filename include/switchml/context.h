@@ -67,10 +67,10 @@ struct ContextCounters {
   uint64_t fast_retransmissions = 0;  // of them, sent before their timeout (later results came)
   uint64_t results_accepted = 0;
   uint64_t duplicates = 0;
-  uint64_t invalid = 0;  // malformed, foreign or otherwise invalid packets received
+  uint64_t invalid = 0;             // malformed, foreign or otherwise invalid packets received
   uint64_t multicast_received = 0;  // datagrams received on the job's result groups
-  uint32_t window = 0;   // packets in flight allowed now (all threads)
-  double min_rtt_us = 0; // smallest round trip measured (0: none yet)
+  uint32_t window = 0;              // packets in flight allowed now (all threads)
+  double min_rtt_us = 0;            // smallest round trip measured (0: none yet)
 };
 
 class Context {

@@ -47,30 +47,30 @@ struct JobRegistration {
 };
 
 enum class Action : uint8_t {
-  kDrop,           // send nothing (reason kNone: a contribution was absorbed)
-  kReplyToSender,  // send the result in `out` to the contributing rank only
-  kSendToAll,      // send the result in `out` to every rank of the job
-  kPendingToSender // send the kPending packet in `out` to the contributing rank
+  kDrop,            // send nothing (reason kNone: a contribution was absorbed)
+  kReplyToSender,   // send the result in `out` to the contributing rank only
+  kSendToAll,       // send the result in `out` to every rank of the job
+  kPendingToSender  // send the kPending packet in `out` to the contributing rank
 };
 
 // Why a packet was dropped. Each has a counter.
 enum class DropReason : uint8_t {
   kNone = 0,
-  kMalformed,        // failed DecodePacket (see the per-DecodeError counters)
-  kNotContribution,  // a result or pending packet sent to the switch
-  kUnknownJob,       // no registered job with this id (includes ended jobs)
-  kRankOutOfRange,   // rank >= the job's world size
-  kSlotOutOfRange,   // slot >= the job's segment length
-  kElementCount,     // element_count != the job's elements per packet
-  kBadExponent,      // an exponent field outside the valid range
-  kStaleChunk,       // a late packet for a chunk this slot already finished
-  kChunkMismatch,    // a newer chunk while the slot still aggregates another
-  kExponentMismatch, // scaled with another exponent than the slot's first packet
-  kSourceMismatch,   // (transport) sender address not registered for this rank
-  kBadMac,           // (transport) the job has a key and the packet's MAC is missing or wrong
-  kVersionConflict,  // a new contribution to one version while the slot's other version
-                     // still aggregates: never legitimate (a worker moves a slot to the
-                     // other version only after it holds that version's result)
+  kMalformed,         // failed DecodePacket (see the per-DecodeError counters)
+  kNotContribution,   // a result or pending packet sent to the switch
+  kUnknownJob,        // no registered job with this id (includes ended jobs)
+  kRankOutOfRange,    // rank >= the job's world size
+  kSlotOutOfRange,    // slot >= the job's segment length
+  kElementCount,      // element_count != the job's elements per packet
+  kBadExponent,       // an exponent field outside the valid range
+  kStaleChunk,        // a late packet for a chunk this slot already finished
+  kChunkMismatch,     // a newer chunk while the slot still aggregates another
+  kExponentMismatch,  // scaled with another exponent than the slot's first packet
+  kSourceMismatch,    // (transport) sender address not registered for this rank
+  kBadMac,            // (transport) the job has a key and the packet's MAC is missing or wrong
+  kVersionConflict,   // a new contribution to one version while the slot's other version
+                      // still aggregates: never legitimate (a worker moves a slot to the
+                      // other version only after it holds that version's result)
 };
 inline constexpr int kNumDropReasons = 14;
 const char* DropReasonName(DropReason r);
@@ -78,17 +78,17 @@ const char* DropReasonName(DropReason r);
 struct Verdict {
   Action action = Action::kDrop;
   DropReason reason = DropReason::kNone;
-  uint16_t rank = 0;       // the contributing rank (destination for *ToSender)
-  uint16_t world_size = 0; // destinations 0..world_size-1 for kSendToAll
-  size_t out_bytes = 0;    // bytes written to `out` (0 for kDrop)
+  uint16_t rank = 0;        // the contributing rank (destination for *ToSender)
+  uint16_t world_size = 0;  // destinations 0..world_size-1 for kSendToAll
+  size_t out_bytes = 0;     // bytes written to `out` (0 for kDrop)
 };
 
 struct DataPlaneCounters {
-  uint64_t packets = 0;           // every packet handed to Process()
-  uint64_t contributions = 0;     // new contributions added into a slot
-  uint64_t slots_completed = 0;   // results sent to all workers
-  uint64_t results_resent = 0;    // results re-sent to one worker
-  uint64_t pending_replies = 0;   // retransmissions answered with kPending
+  uint64_t packets = 0;          // every packet handed to Process()
+  uint64_t contributions = 0;    // new contributions added into a slot
+  uint64_t slots_completed = 0;  // results sent to all workers
+  uint64_t results_resent = 0;   // results re-sent to one worker
+  uint64_t pending_replies = 0;  // retransmissions answered with kPending
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 

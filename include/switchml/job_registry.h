@@ -2,8 +2,8 @@
 // for a named job; when all ranks have registered with identical parameters
 // the job gets an id and a segment of the switch's pool, and is installed in
 // the data plane. A job that asks for elements_per_packet 0 gets the largest
-// power of two that every rank's path and the data plane carry. Transports (gRPC in the switch daemon, direct calls in the
-// simulation) wrap this class.
+// power of two that every rank's path and the data plane carry. Transports (gRPC in the switch
+// daemon, direct calls in the simulation) wrap this class.
 //
 // Job ids are generation * max_jobs + table entry, so an id is never reused
 // while packets of its previous holder may still be in flight.
@@ -30,7 +30,7 @@ struct JobRequest {
   uint16_t rank = 0;
   uint16_t world_size = 0;
   uint16_t elements_per_packet = 0;  // 0: chosen at install (see below)
-  uint16_t pool_slots = 0;  // slots the job wants (its window's upper bound)
+  uint16_t pool_slots = 0;           // slots the job wants (its window's upper bound)
   // The largest elements_per_packet this rank's path carries (0: unknown,
   // taken as 256, which fits a 1500-byte MTU). May differ between ranks.
   uint16_t path_elements_per_packet = 0;
@@ -66,7 +66,7 @@ class JobRegistry {
 
  private:
   struct Job {
-    JobRequest params;            // the first registrant's values (rank ignored)
+    JobRequest params;  // the first registrant's values (rank ignored)
     std::vector<bool> joined;
     uint16_t joined_count = 0;
     uint16_t path_elements = UINT16_MAX;  // smallest path_elements_per_packet so far

@@ -41,10 +41,10 @@ struct SimRankOp {
 // (computed in double), element by element, using QuantizationErrorBound with
 // each chunk's true maximum exponent.
 struct FloatCheck {
-  double max_abs_error = 0;   // max |output - exact|
-  double bound_at_max = 0;    // the bound at the element with that error
-  size_t violations = 0;      // elements outside their bound
-  size_t first_violation = 0; // index of the first one
+  double max_abs_error = 0;    // max |output - exact|
+  double bound_at_max = 0;     // the bound at the element with that error
+  size_t violations = 0;       // elements outside their bound
+  size_t first_violation = 0;  // index of the first one
 };
 FloatCheck CheckFloatAllReduce(const std::vector<const float*>& inputs, const float* output,
                                size_t count, uint16_t elements_per_packet);

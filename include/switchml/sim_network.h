@@ -23,8 +23,8 @@ struct SimNetworkOptions {
   double loss = 0.0;       // probability that any one transmission is lost
   double duplicate = 0.0;  // probability that a transmission arrives twice
   double reorder = 0.0;    // probability that a transmission is held back by up to reorder_delay
-  Nanos latency{std::chrono::microseconds(5)};        // one-way delay of every transmission
-  Nanos jitter{std::chrono::microseconds(1)};         // plus uniform [0, jitter)
+  Nanos latency{std::chrono::microseconds(5)};  // one-way delay of every transmission
+  Nanos jitter{std::chrono::microseconds(1)};   // plus uniform [0, jitter)
   Nanos reorder_delay{std::chrono::microseconds(50)};
   // Rate of every worker's link, each direction a FIFO that serializes
   // packets at this rate before the latency (the switch's own ports are
@@ -90,8 +90,8 @@ class SimNetwork {
   DataPlane* data_plane_;
   std::vector<WorkerEngine*> workers_;
   std::vector<std::unique_ptr<WorkerSink>> sinks_;
-  std::vector<Nanos> timer_at_;     // pending timer event per rank, or max
-  std::vector<Nanos> silent_from_;  // per rank, or max
+  std::vector<Nanos> timer_at_;                     // pending timer event per rank, or max
+  std::vector<Nanos> silent_from_;                  // per rank, or max
   std::vector<Nanos> uplink_free_, downlink_free_;  // per rank: when its link is idle again
   Nanos switch_silent_from_ = Nanos::max();
   SimNetworkOptions options_;

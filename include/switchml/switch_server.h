@@ -32,15 +32,15 @@ struct Bmv2Config {
   // The runtime CLI and its arguments; --thrift-port is appended.
   std::vector<std::string> cli = {"simple_switch_CLI"};
   uint16_t thrift_port = 9090;
-  std::string hosts_file;  // TOML list of the hosts behind the switch's ports
-  std::string switch_ip;   // the aggregation endpoint that workers send to
-  std::string switch_mac;  // its MAC address
+  std::string hosts_file;             // TOML list of the hosts behind the switch's ports
+  std::string switch_ip;              // the aggregation endpoint that workers send to
+  std::string switch_mac;             // its MAC address
   uint16_t elements_per_packet = 64;  // SWITCHML_K the program was compiled with
   uint32_t pool_slots = 512;          // SWITCHML_POOL_SLOTS of the program
 };
 
 struct SwitchConfig {
-  std::string bind_address = "0.0.0.0";  // IPv4 address to listen on
+  std::string bind_address = "0.0.0.0";         // IPv4 address to listen on
   uint16_t control_port = kDefaultControlPort;  // gRPC; 0 picks a free port
   uint16_t data_port = kDefaultDataPort;        // UDP; 0 picks free ports
   // Data threads ("shards"), each with its own socket on data_port + s and

@@ -24,9 +24,9 @@ class StrongId {
   Rep v_{};
 };
 
-using JobId = StrongId<struct JobIdTag, uint32_t>;      // a registered job on one switch
-using Rank = StrongId<struct RankTag, uint16_t>;        // a worker's index in its job
-using SlotIndex = StrongId<struct SlotTag, uint16_t>;   // a slot within a job's pool segment
+using JobId = StrongId<struct JobIdTag, uint32_t>;     // a registered job on one switch
+using Rank = StrongId<struct RankTag, uint16_t>;       // a worker's index in its job
+using SlotIndex = StrongId<struct SlotTag, uint16_t>;  // a slot within a job's pool segment
 
 // Element types an all-reduce accepts.
 enum class DType : uint8_t {

@@ -61,7 +61,7 @@ struct PacketHeader {
   uint16_t rank = 0;
   uint16_t slot = 0;
   uint16_t element_count = 0;
-  uint8_t version = 0;  // the pool version bit, 0 or 1
+  uint8_t version = 0;         // the pool version bit, 0 or 1
   bool authenticated = false;  // a MAC follows the payload (see PacketAuthenticator)
   int16_t exponent = 0;
   int16_t next_exponent = 0;
@@ -69,7 +69,7 @@ struct PacketHeader {
 
 enum class DecodeError : uint8_t {
   kOk = 0,
-  kTooShort,         // fewer than kHeaderBytes
+  kTooShort,  // fewer than kHeaderBytes
   kBadMagic,
   kBadVersion,       // wire version we do not speak
   kBadType,          // unknown message type
@@ -90,9 +90,7 @@ struct PacketView {
 };
 
 // Bytes needed for a packet carrying `element_count` words (without a MAC).
-constexpr size_t PacketBytes(uint16_t element_count) {
-  return kHeaderBytes + 4u * element_count;
-}
+constexpr size_t PacketBytes(uint16_t element_count) { return kHeaderBytes + 4u * element_count; }
 // Room for the largest packet of `element_count` words, MAC included.
 constexpr size_t MaxPacketBytes(uint16_t element_count) {
   return PacketBytes(element_count) + kAuthTagBytes;

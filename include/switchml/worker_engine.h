@@ -51,8 +51,8 @@
 
 #include "switchml/status.h"
 #include "switchml/types.h"
-#include "switchml/wire_format.h"
 #include "switchml/window_sizer.h"
+#include "switchml/wire_format.h"
 
 namespace switchml {
 
@@ -78,20 +78,20 @@ class PacketSink {
 };
 
 struct WorkerEngineConfig {
-  JobId job;                         // assigned by the switch at registration
-  Rank rank;                         // this worker, 0..world_size-1
-  uint16_t world_size = 1;           // workers in the job
+  JobId job;                           // assigned by the switch at registration
+  Rank rank;                           // this worker, 0..world_size-1
+  uint16_t world_size = 1;             // workers in the job
   uint16_t elements_per_packet = 256;  // k, the same for every rank (min 32)
-  uint16_t pool_slots = 128;         // slots this engine uses; the window's upper bound
+  uint16_t pool_slots = 128;           // slots this engine uses; the window's upper bound
   // Packets in flight: 0 sizes the window from the measured round trip and
   // delivery rate; N fixes it (at most pool_slots).
   uint16_t window = 0;
-  uint16_t slot_offset = 0;          // first of them in the job's pool segment (an engine
-                                     // per thread owns slots [offset, offset + pool_slots))
+  uint16_t slot_offset = 0;  // first of them in the job's pool segment (an engine
+                             // per thread owns slots [offset, offset + pool_slots))
   // The retransmission timeout adapts to the measured round trip (SRTT +
   // 4 RTTVAR, RFC 6298) between these two bounds, and doubles when many
   // slots time out together.
-  Nanos retransmit_timeout{std::chrono::milliseconds(1)};   // initial and minimum
+  Nanos retransmit_timeout{std::chrono::milliseconds(1)};        // initial and minimum
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
   Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
   // NaN/Inf in a float input: the chunks holding it come back NaN on every
@@ -107,18 +107,18 @@ inline constexpr uint16_t kMinElementsPerPacket = 32;
 // Receive-side and send-side counters of one engine.
 struct WorkerEngineCounters {
   uint64_t packets_sent = 0;
-  uint64_t retransmissions = 0;   // all resent packets, fast ones included
+  uint64_t retransmissions = 0;  // all resent packets, fast ones included
   uint64_t results_accepted = 0;
-  uint64_t pending_received = 0;  // kPending answers to retransmissions
-  uint64_t duplicates = 0;        // results for rounds already done (or not started)
-  uint64_t malformed = 0;         // failed DecodePacket
-  uint64_t wrong_job_or_rank = 0; // well-formed but not for this worker
-  uint64_t invalid = 0;           // wrong type, slot, size or exponent for this job
-  uint64_t timeout_backoffs = 0;  // times clustered timeouts doubled the timeout
+  uint64_t pending_received = 0;      // kPending answers to retransmissions
+  uint64_t duplicates = 0;            // results for rounds already done (or not started)
+  uint64_t malformed = 0;             // failed DecodePacket
+  uint64_t wrong_job_or_rank = 0;     // well-formed but not for this worker
+  uint64_t invalid = 0;               // wrong type, slot, size or exponent for this job
+  uint64_t timeout_backoffs = 0;      // times clustered timeouts doubled the timeout
   uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (see below)
-  uint16_t window = 0;            // packets in flight allowed now
-  int64_t min_rtt_ns = 0;         // measured (window sizing); 0 before the first sample
-  double delivery_rate = 0;       // results per second, measured (window sizing)
+  uint16_t window = 0;                // packets in flight allowed now
+  int64_t min_rtt_ns = 0;             // measured (window sizing); 0 before the first sample
+  double delivery_rate = 0;           // results per second, measured (window sizing)
 };
 
 using OpId = uint64_t;
@@ -153,7 +153,7 @@ class WorkerEngine {
   // engine (e.g. the control plane reported that a rank left the job).
   void Fail(Status status) { Break(std::move(status)); }
 
-  bool idle() const;    // no operation running or queued
+  bool idle() const;  // no operation running or queued
   bool broken() const { return !broken_reason_.empty(); }
   // Broken because the switch went quiet: it sent nothing for
   // min(2 max_retransmit_timeout, failure_timeout / 2), or nothing that named
@@ -201,21 +201,21 @@ class WorkerEngine {
   uint32_t missing_chunk_ = 0;
   Nanos missing_reported_at_{-1};
   bool switch_silent_ = false;
-  std::deque<Op> queue_;                 // queue_.front() runs
+  std::deque<Op> queue_;  // queue_.front() runs
   bool running_ = false;
   OpId next_op_id_ = 1;
-  uint32_t next_chunk_base_ = 0;         // chunk-id sequence, continuous across ops
-  uint64_t send_cursor_ = 0;             // next (round * w + slot) of the running op to send
-  uint16_t in_flight_ = 0;               // slots waiting for a result
+  uint32_t next_chunk_base_ = 0;  // chunk-id sequence, continuous across ops
+  uint64_t send_cursor_ = 0;      // next (round * w + slot) of the running op to send
+  uint16_t in_flight_ = 0;        // slots waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
-  Nanos rto_;                            // current retransmission timeout
-  Nanos srtt_{0};                        // smoothed round trip; 0 before the first sample
-  Nanos rttvar_{0};                      // its mean deviation
+  Nanos rto_;        // current retransmission timeout
+  Nanos srtt_{0};    // smoothed round trip; 0 before the first sample
+  Nanos rttvar_{0};  // its mean deviation
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
-  uint64_t unanswered_ = 0;              // retransmissions since the last packet from the switch
-  Nanos last_heard_{0};                  // when the last packet from the switch came
+  uint64_t unanswered_ = 0;  // retransmissions since the last packet from the switch
+  Nanos last_heard_{0};      // when the last packet from the switch came
   // Transmissions in the order they were sent (a ring of fixed capacity):
   // the oldest unanswered one is checked on every result. Entries of slots
   // that got their result, or were sent again, are skipped.

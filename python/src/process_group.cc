@@ -105,8 +105,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t c
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
-  const bool eligible = tensors.size() == 1 && opts.reduceOp == c10d::ReduceOp::SUM &&
-                        IsDenseCpu(tensors[0]);
+  const bool eligible =
+      tensors.size() == 1 && opts.reduceOp == c10d::ReduceOp::SUM && IsDenseCpu(tensors[0]);
   const auto type = eligible ? tensors[0].scalar_type() : c10::ScalarType::Undefined;
   if (type != at::kFloat && type != at::kInt && type != at::kHalf && type != at::kBFloat16) {
     return fallback_->allreduce(tensors, opts);
@@ -118,8 +118,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::T
   at::Tensor buffer = direct ? t : t.to(integer ? at::kInt : at::kFloat).contiguous();
   std::function<void()> copy_back;
   if (!direct) copy_back = [t, buffer]() mutable { t.copy_(buffer); };
-  return Submit(buffer.data_ptr(), size_t(buffer.numel()), integer ? DType::kInt32 : DType::kFloat32,
-                tensors, c10d::OpType::ALLREDUCE, std::move(copy_back));
+  return Submit(buffer.data_ptr(), size_t(buffer.numel()),
+                integer ? DType::kInt32 : DType::kFloat32, tensors, c10d::OpType::ALLREDUCE,
+                std::move(copy_back));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::broadcast(std::vector<at::Tensor>& tensors,
@@ -162,8 +163,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather(
                 c10d::OpType::ALLGATHER, [results, words, block]() mutable {
                   for (size_t r = 0; r < results.size(); ++r) {
                     at::Tensor part = at::empty_like(results[r], at::MemoryFormat::Contiguous);
-                    std::memcpy(part.data_ptr(), static_cast<int32_t*>(words.data_ptr()) + block * r,
-                                part.nbytes());
+                    std::memcpy(part.data_ptr(),
+                                static_cast<int32_t*>(words.data_ptr()) + block * r, part.nbytes());
                     results[r].copy_(part);
                   }
                 });

@@ -2,14 +2,14 @@
 
 #include <toml++/toml.h>
 
-#include "net/packet_auth.h"
-#include "transport/transport.h"
-
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "net/packet_auth.h"
+#include "transport/transport.h"
 
 namespace switchml {
 namespace {
@@ -56,8 +56,8 @@ const Field kFields[] = {
     {"auth_key", "job secret, 64 hex digits: authenticate every packet (empty: off)",
      &ContextConfig::auth_key},
     {"result_multicast",
-     "accept results by host-local multicast when every rank is on the switch's host",
-     nullptr, nullptr, 0, 0, &ContextConfig::result_multicast},
+     "accept results by host-local multicast when every rank is on the switch's host", nullptr,
+     nullptr, 0, 0, &ContextConfig::result_multicast},
     {"busy_poll_us",
      "out of packets, poll this long (microseconds, yielding the CPU) before sleeping; 0: off",
      nullptr, &ContextConfig::busy_poll_us, 0, kMaxBusyPollUs},
@@ -120,8 +120,8 @@ Status ContextConfig::Validate() const {
     if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
   }
   if (rank >= world_size) {
-    return InvalidArgument("rank=" + std::to_string(rank) + " must be less than world_size=" +
-                           std::to_string(world_size));
+    return InvalidArgument("rank=" + std::to_string(rank) +
+                           " must be less than world_size=" + std::to_string(world_size));
   }
   if (elements_per_packet != 0 && elements_per_packet < 32) {
     return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
@@ -132,17 +132,18 @@ Status ContextConfig::Validate() const {
                            std::to_string(pool_slots) + "; raise pool_slots or use 0 (measured)");
   }
   if (window_slots != 0 && window_slots < threads) {
-    return InvalidArgument("window_slots=" + std::to_string(window_slots) + " is less than threads=" +
-                           std::to_string(threads) + "; every thread needs a packet in flight");
+    return InvalidArgument("window_slots=" + std::to_string(window_slots) +
+                           " is less than threads=" + std::to_string(threads) +
+                           "; every thread needs a packet in flight");
   }
   if (threads > pool_slots) {
     return InvalidArgument("threads=" + std::to_string(threads) + " exceeds pool_slots=" +
                            std::to_string(pool_slots) + "; every thread needs a slot");
   }
   if (retransmit_timeout_us > max_retransmit_timeout_us) {
-    return InvalidArgument("retransmit_timeout_us=" + std::to_string(retransmit_timeout_us) +
-                           " exceeds max_retransmit_timeout_us=" +
-                           std::to_string(max_retransmit_timeout_us));
+    return InvalidArgument(
+        "retransmit_timeout_us=" + std::to_string(retransmit_timeout_us) +
+        " exceeds max_retransmit_timeout_us=" + std::to_string(max_retransmit_timeout_us));
   }
   if (uint64_t(failure_timeout_ms) * 1000 <= max_retransmit_timeout_us) {
     return InvalidArgument("failure_timeout_ms=" + std::to_string(failure_timeout_ms) +
@@ -169,7 +170,8 @@ Status ContextConfig::Set(const std::string& name, const std::string& value) {
   char* end = nullptr;
   const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
   if (value.empty() || *end != '\0' || value[0] == '-' || v > UINT32_MAX) {
-    return InvalidArgument(name + "='" + value + "' is not a non-negative integer (" + f->help + ")");
+    return InvalidArgument(name + "='" + value + "' is not a non-negative integer (" + f->help +
+                           ")");
   }
   this->*f->number = uint32_t(v);
   return Status::Ok();
@@ -232,7 +234,8 @@ Status ContextConfig::ApplyEnvironment() {
     std::string variable = "SWITCHML_";
     for (const char* c = f.name; *c != '\0'; ++c) variable += char(std::toupper(uint8_t(*c)));
     if (const char* value = std::getenv(variable.c_str())) {
-      if (Status s = Set(f.name, value); !s.ok()) return InvalidArgument(variable + ": " + s.message());
+      if (Status s = Set(f.name, value); !s.ok())
+        return InvalidArgument(variable + ": " + s.message());
     }
   }
   return Status::Ok();

@@ -1,9 +1,9 @@
 #include "switchml/context.h"
 
-#include <algorithm>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "client/worker_thread.h"
@@ -90,10 +90,10 @@ struct Context::Impl {
     while (reader->Read(&event)) {
       if (!event.has_rank_lost()) continue;
       const auto& lost = event.rank_lost();
-      FailAll(Status(StatusCode::kAborted,
-                     lost.rank() == ~0u ? job + " ended: " + lost.reason()
-                                        : "rank " + std::to_string(lost.rank()) + " left " + job +
-                                              ": " + lost.reason()));
+      FailAll(Status(StatusCode::kAborted, lost.rank() == ~0u
+                                               ? job + " ended: " + lost.reason()
+                                               : "rank " + std::to_string(lost.rank()) + " left " +
+                                                     job + ": " + lost.reason()));
     }
     const grpc::Status end = reader->Finish();
     if (!stopping.load()) {
@@ -124,18 +124,29 @@ transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, si
 
 Status JoinError(const grpc::Status& s, const std::string& job) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return Status(StatusCode::kDeadlineExceeded,
-                  "cannot reach the switch's control plane for " + job + ": " + s.error_message() +
-                      " (is switchml-switch running there?)");
+    return Status(StatusCode::kDeadlineExceeded, "cannot reach the switch's control plane for " +
+                                                     job + ": " + s.error_message() +
+                                                     " (is switchml-switch running there?)");
   }
   StatusCode code = StatusCode::kAborted;
   switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT: code = StatusCode::kInvalidArgument; break;
-    case grpc::StatusCode::ALREADY_EXISTS: code = StatusCode::kAlreadyExists; break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: code = StatusCode::kResourceExhausted; break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: code = StatusCode::kDeadlineExceeded; break;
-    case grpc::StatusCode::FAILED_PRECONDITION: code = StatusCode::kFailedPrecondition; break;
-    default: break;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      code = StatusCode::kInvalidArgument;
+      break;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      code = StatusCode::kAlreadyExists;
+      break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      code = StatusCode::kResourceExhausted;
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      code = StatusCode::kDeadlineExceeded;
+      break;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      code = StatusCode::kFailedPrecondition;
+      break;
+    default:
+      break;
   }
   return Status(code, "joining " + job + " failed: " + s.error_message());
 }
@@ -178,8 +189,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints;
   control::v1::JoinRequest request;
   for (uint32_t t = 0; t < config.threads; ++t) {
-    auto endpoint =
-        transport->Open(local, WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
+    auto endpoint = transport->Open(
+        local, WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
     if (!endpoint.ok()) return endpoint.status();
     request.add_data_addresses(net::FormatAddress(endpoint.value()->local_address()));
     endpoints.push_back(std::move(endpoint).value());
@@ -272,8 +283,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
       }
       if (!failed.ok()) {
         return abandon(Status(StatusCode::kFailedPrecondition,
-                              "cannot receive results on the switch's group '" + text.substr(0, 64) +
-                                  "': " + failed.message() +
+                              "cannot receive results on the switch's group '" +
+                                  text.substr(0, 64) + "': " + failed.message() +
                                   " (set result_multicast = false to receive them by unicast)"));
       }
     }
@@ -291,8 +302,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
     e.pool_slots = uint16_t((t + 1) * slots / threads - t * slots / threads);
     // A fixed window is split like the slots; 0 lets each thread measure.
     const uint32_t window = config.window_slots;
-    e.window = uint16_t(std::min<uint32_t>(
-        e.pool_slots, (t + 1) * window / threads - t * window / threads));
+    e.window = uint16_t(
+        std::min<uint32_t>(e.pool_slots, (t + 1) * window / threads - t * window / threads));
     e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
     e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
     e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
@@ -312,7 +323,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
     // Worker thread t talks to switch data thread t % shards.
     sockaddr_in shard = data;
     shard.sin_port = htons(uint16_t(ports[t % ports.size()]));
-    if (Status s = context->impl_->workers[t]->Start(shard); !s.ok()) return s;  // ~Context stops what started
+    if (Status s = context->impl_->workers[t]->Start(shard); !s.ok())
+      return s;  // ~Context stops what started
   }
   Impl* raw = context->impl_.get();
   context->impl_->control_thread = std::thread([raw] { raw->WatchControlStream(); });

@@ -126,11 +126,10 @@ void WorkerThread::DrainMailbox() {
       continue;
     }
     std::shared_ptr<Job> job = r.job;
-    auto id = engine_.Submit(r.in, r.out, r.count, r.dtype,
-                             [this, job](OpId, const Status& s) {
-                               PublishCounters();  // a waiter then sees this op's counts
-                               job->PartDone(s);
-                             });
+    auto id = engine_.Submit(r.in, r.out, r.count, r.dtype, [this, job](OpId, const Status& s) {
+      PublishCounters();  // a waiter then sees this op's counts
+      job->PartDone(s);
+    });
     if (!id.ok()) job->PartDone(id.status());
   }
 }
@@ -147,8 +146,9 @@ void WorkerThread::Run() {
     engine_.OnTimer(now, sink);
     sink.Flush();
     const Nanos deadline = engine_.NextDeadline();
-    const Nanos wait = deadline == Nanos::max() ? std::chrono::seconds(1)
-                                                : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
+    const Nanos wait = deadline == Nanos::max()
+                           ? std::chrono::seconds(1)
+                           : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
     poller_.Wait(fds, 3, wait);
     if (fds[1].revents & POLLIN) {
       uint64_t value;

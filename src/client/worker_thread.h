@@ -7,16 +7,15 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include <optional>
-
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
-#include "transport/transport.h"
 #include "switchml/context.h"
 #include "switchml/worker_engine.h"
+#include "transport/transport.h"
 
 namespace switchml {
 

@@ -42,11 +42,10 @@ Status JobRegistry::Join(const JobRequest& r) {
   }
   if (r.elements_per_packet != 0 && (r.elements_per_packet < kMinElementsPerPacket ||
                                      r.elements_per_packet > limits.max_elements_per_packet)) {
-    return InvalidArgument(job + ": elements_per_packet=" + std::to_string(r.elements_per_packet) +
-                           " is out of range; this switch accepts " +
-                           std::to_string(kMinElementsPerPacket) + ".." +
-                           std::to_string(limits.max_elements_per_packet) +
-                           " (or 0 to let it choose)");
+    return InvalidArgument(
+        job + ": elements_per_packet=" + std::to_string(r.elements_per_packet) +
+        " is out of range; this switch accepts " + std::to_string(kMinElementsPerPacket) + ".." +
+        std::to_string(limits.max_elements_per_packet) + " (or 0 to let it choose)");
   }
   if (r.elements_per_packet == 0 && limits.max_elements_per_packet < kMinElementsPerPacket) {
     return InvalidArgument(job + ": this switch carries at most " +
@@ -97,8 +96,9 @@ uint16_t JobRegistry::ElementsPerPacket(const Job& j) const {
 std::optional<uint32_t> JobRegistry::AllocateSegment(uint16_t slots) const {
   std::vector<std::pair<uint32_t, uint32_t>> used;  // [begin, end)
   for (const auto& [name, job] : jobs_) {
-    if (job.assignment) used.emplace_back(job.assignment->pool_base,
-                                           job.assignment->pool_base + job.assignment->pool_slots);
+    if (job.assignment)
+      used.emplace_back(job.assignment->pool_base,
+                        job.assignment->pool_base + job.assignment->pool_slots);
   }
   std::sort(used.begin(), used.end());
   uint32_t cursor = 0;
@@ -141,8 +141,8 @@ Status JobRegistry::Install(Job& j) {
   const JobRegistration reg{id, j.params.world_size, ElementsPerPacket(j), *base,
                             j.params.pool_slots};
   if (Status s = data_plane_->RegisterJob(reg); !s.ok()) return s;
-  j.assignment = JobAssignment{id, j.params.world_size, reg.elements_per_packet,
-                               j.params.pool_slots, *base};
+  j.assignment =
+      JobAssignment{id, j.params.world_size, reg.elements_per_packet, j.params.pool_slots, *base};
   return Status::Ok();
 }
 

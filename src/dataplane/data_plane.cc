@@ -9,20 +9,34 @@ namespace switchml {
 
 const char* DropReasonName(DropReason r) {
   switch (r) {
-    case DropReason::kNone: return "none";
-    case DropReason::kMalformed: return "malformed";
-    case DropReason::kNotContribution: return "not_contribution";
-    case DropReason::kUnknownJob: return "unknown_job";
-    case DropReason::kRankOutOfRange: return "rank_out_of_range";
-    case DropReason::kSlotOutOfRange: return "slot_out_of_range";
-    case DropReason::kElementCount: return "element_count";
-    case DropReason::kBadExponent: return "bad_exponent";
-    case DropReason::kStaleChunk: return "stale_chunk";
-    case DropReason::kChunkMismatch: return "chunk_mismatch";
-    case DropReason::kExponentMismatch: return "exponent_mismatch";
-    case DropReason::kSourceMismatch: return "source_mismatch";
-    case DropReason::kBadMac: return "bad_mac";
-    case DropReason::kVersionConflict: return "version_conflict";
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kMalformed:
+      return "malformed";
+    case DropReason::kNotContribution:
+      return "not_contribution";
+    case DropReason::kUnknownJob:
+      return "unknown_job";
+    case DropReason::kRankOutOfRange:
+      return "rank_out_of_range";
+    case DropReason::kSlotOutOfRange:
+      return "slot_out_of_range";
+    case DropReason::kElementCount:
+      return "element_count";
+    case DropReason::kBadExponent:
+      return "bad_exponent";
+    case DropReason::kStaleChunk:
+      return "stale_chunk";
+    case DropReason::kChunkMismatch:
+      return "chunk_mismatch";
+    case DropReason::kExponentMismatch:
+      return "exponent_mismatch";
+    case DropReason::kSourceMismatch:
+      return "source_mismatch";
+    case DropReason::kBadMac:
+      return "bad_mac";
+    case DropReason::kVersionConflict:
+      return "version_conflict";
   }
   return "unknown";
 }
@@ -91,10 +105,9 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
                            " is out of range; this switch accepts 1.." +
                            std::to_string(config_.max_workers) + " workers per job");
   }
-  if (job.elements_per_packet == 0 ||
-      job.elements_per_packet > config_.max_elements_per_packet) {
-    return InvalidArgument("job " + id + ": elements_per_packet=" +
-                           std::to_string(job.elements_per_packet) +
+  if (job.elements_per_packet == 0 || job.elements_per_packet > config_.max_elements_per_packet) {
+    return InvalidArgument("job " + id +
+                           ": elements_per_packet=" + std::to_string(job.elements_per_packet) +
                            " is out of range; this switch accepts 1.." +
                            std::to_string(config_.max_elements_per_packet));
   }
@@ -106,9 +119,9 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   }
   JobEntry& entry = jobs_[job.id.value() % config_.max_jobs];
   if (entry.active) {
-    return {StatusCode::kAlreadyExists,
-            "job " + id + ": job table entry is taken by job " +
-                std::to_string(entry.reg.id.value()) + "; unregister it or pick another id"};
+    return {StatusCode::kAlreadyExists, "job " + id + ": job table entry is taken by job " +
+                                            std::to_string(entry.reg.id.value()) +
+                                            "; unregister it or pick another id"};
   }
   for (const JobEntry& other : jobs_) {
     if (!other.active) continue;
@@ -116,8 +129,7 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
     const uint64_t b0 = other.reg.pool_base, b1 = b0 + other.reg.pool_slots;
     if (a0 < b1 && b0 < a1) {
       return {StatusCode::kAlreadyExists,
-              "job " + id + ": pool segment overlaps job " +
-                  std::to_string(other.reg.id.value())};
+              "job " + id + ": pool segment overlaps job " + std::to_string(other.reg.id.value())};
     }
   }
   ResetSegment(job.pool_base, job.pool_slots);

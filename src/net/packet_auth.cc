@@ -21,10 +21,12 @@ StatusOr<AuthKey> ParseAuthKey(const std::string& hex) {
   size_t written = 0;
   const char* end = nullptr;
   if (hex.size() != 2 * kAuthKeyBytes ||
-      sodium_hex2bin(key.data(), key.size(), hex.data(), hex.size(), nullptr, &written, &end) != 0 ||
+      sodium_hex2bin(key.data(), key.size(), hex.data(), hex.size(), nullptr, &written, &end) !=
+          0 ||
       written != kAuthKeyBytes) {
-    return InvalidArgument("auth_key must be 64 hexadecimal digits (32 random bytes), e.g. from "
-                           "'head -c32 /dev/urandom | od -An -tx1 | tr -d \" \\n\"'");
+    return InvalidArgument(
+        "auth_key must be 64 hexadecimal digits (32 random bytes), e.g. from "
+        "'head -c32 /dev/urandom | od -An -tx1 | tr -d \" \\n\"'");
   }
   return key;
 }

@@ -59,7 +59,7 @@ const QuantizeKernels* Avx2() { return nullptr; }
 // __builtin_cpu_supports also checks that the OS saves the AVX-512 registers.
 const QuantizeKernels* Avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") ? &kAvx512
-                                                                                : nullptr;
+                                                                                 : nullptr;
 }
 #else
 const QuantizeKernels* Avx512() { return nullptr; }
@@ -113,8 +113,8 @@ void AddBigEndian(const uint8_t* src_be, size_t n, uint32_t* acc) {
 ErrorBound QuantizationErrorBound(int world_size, int e_max) {
   const BlockScale s = MakeBlockScale(e_max, world_size);
   const double rounding = 0.5 * world_size * s.inverse;  // n workers, 1/2 unit each
-  const double margin = 1.0 + std::ldexp(1.0, -40);       // double-precision steps
-  const double float_rounding = std::ldexp(1.0, -24);      // the float32 result
+  const double margin = 1.0 + std::ldexp(1.0, -40);      // double-precision steps
+  const double float_rounding = std::ldexp(1.0, -24);    // the float32 result
   // Results below 2^-126 are float32 denormals, spaced 2^-149 apart.
   const double denormal = std::ldexp(1.0, -150);
   return ErrorBound{(rounding + float_rounding * rounding) * margin + denormal,

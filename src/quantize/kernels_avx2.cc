@@ -45,7 +45,8 @@ void QuantizeAvx2(const float* x, size_t n, BlockScale scale, uint8_t* dst_be) {
     const __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), factor);
     // The conversion rounds by MXCSR, half to even by default: the rounding
     // the scalar reference's 1.5 * 2^52 trick gets from the same register.
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_be + 4 * i), ByteSwap32(_mm256_cvtpd_epi32(lo)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_be + 4 * i),
+                     ByteSwap32(_mm256_cvtpd_epi32(lo)));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst_be + 4 * i + 16),
                      ByteSwap32(_mm256_cvtpd_epi32(hi)));
   }
@@ -71,10 +72,14 @@ void Dequantize(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
   };
   // Two independent 8-lane steps per iteration keep both conversion chains busy.
   for (; i + 16 <= n; i += 16) {
-    const __m128i q0 = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
-    const __m128i q1 = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 16)));
-    const __m128i q2 = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 32)));
-    const __m128i q3 = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 48)));
+    const __m128i q0 =
+        ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
+    const __m128i q1 =
+        ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 16)));
+    const __m128i q2 =
+        ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 32)));
+    const __m128i q3 =
+        ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 48)));
     const __m128 f0 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q0), inverse));
     const __m128 f1 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q1), inverse));
     const __m128 f2 = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(q2), inverse));
@@ -85,7 +90,8 @@ void Dequantize(const uint8_t* src_be, size_t n, BlockScale scale, float* out) {
     store(out + i + 12, f3);
   }
   for (; i + 8 <= n; i += 8) {
-    const __m128i qlo = ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
+    const __m128i qlo =
+        ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i)));
     const __m128i qhi =
         ByteSwap32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src_be + 4 * i + 16)));
     store(out + i, _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtepi32_pd(qlo), inverse)));
@@ -105,8 +111,8 @@ void DequantizeStreamAvx2(const uint8_t* src_be, size_t n, BlockScale scale, flo
 
 // ByteSwap32 on a whole 256-bit register (the shuffle stays within lanes).
 inline __m256i ByteSwap32x8(__m256i v) {
-  const __m256i mask = _mm256_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12,
-                                        3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+  const __m256i mask = _mm256_setr_epi8(3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 3, 2,
+                                        1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
   return _mm256_shuffle_epi8(v, mask);
 }
 
@@ -153,8 +159,8 @@ void AddBe32Avx2(const uint8_t* src_be, size_t n, uint32_t* acc) {
 
 }  // namespace
 
-const QuantizeKernels kAvx2 = {"avx2",         BlockExponentAvx2,    QuantizeAvx2,
-                               DequantizeAvx2, DequantizeStreamAvx2, Swap32Avx2,
+const QuantizeKernels kAvx2 = {"avx2",           BlockExponentAvx2,    QuantizeAvx2,
+                               DequantizeAvx2,   DequantizeStreamAvx2, Swap32Avx2,
                                Swap32StreamAvx2, AddBe32Avx2};
 
 }  // namespace switchml::kernels

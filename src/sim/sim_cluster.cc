@@ -68,7 +68,6 @@ std::vector<Status> SimCluster::AllReduce(const std::vector<SimRankOp>& ops) {
   return result;
 }
 
-
 FloatCheck CheckFloatAllReduce(const std::vector<const float*>& inputs, const float* output,
                                size_t count, uint16_t elements_per_packet) {
   FloatCheck check;

@@ -71,7 +71,8 @@ void SimNetwork::Transmit(int dest, int worker, std::span<const uint8_t> bytes) 
   if (options_.link_bits_per_second > 0) {
     // Serialized behind what the link already carries; lost packets too.
     Nanos& free = dest == kSwitch ? uplink_free_[size_t(worker)] : downlink_free_[size_t(worker)];
-    const auto wire = Nanos(int64_t(double(bytes.size()) * 8e9 / double(options_.link_bits_per_second)));
+    const auto wire =
+        Nanos(int64_t(double(bytes.size()) * 8e9 / double(options_.link_bits_per_second)));
     free = std::max(free, now_) + wire;
     departs = free;
   }
@@ -82,7 +83,8 @@ void SimNetwork::Transmit(int dest, int worker, std::span<const uint8_t> bytes) 
   const int copies = Uniform() < options_.duplicate ? 2 : 1;
   counters_.duplicated += copies - 1;
   for (int c = 0; c < copies; ++c) {
-    Nanos delay = (departs - now_) + options_.latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
+    Nanos delay = (departs - now_) + options_.latency +
+                  Nanos(int64_t(Uniform() * double(options_.jitter.count())));
     if (Uniform() < options_.reorder) {
       ++counters_.reordered;
       delay += Nanos(int64_t(Uniform() * double(options_.reorder_delay.count())));

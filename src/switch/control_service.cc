@@ -1,9 +1,8 @@
 #include "switch/control_service.h"
 
+#include <netinet/in.h>
 #include <sodium.h>
 #include <spdlog/spdlog.h>
-
-#include <netinet/in.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,19 +22,35 @@ using namespace std::chrono_literals;
 // How long a job outlives a rank that left on purpose while others still run.
 constexpr auto kLeaveGrace = 2s;
 
-
 grpc::Status ToGrpc(const Status& s) {
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (s.code()) {
-    case StatusCode::kOk: return grpc::Status::OK;
-    case StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
-    case StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case StatusCode::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case StatusCode::kAborted: code = grpc::StatusCode::ABORTED; break;
-    default: code = grpc::StatusCode::INTERNAL; break;
+    case StatusCode::kOk:
+      return grpc::Status::OK;
+    case StatusCode::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case StatusCode::kFailedPrecondition:
+      code = grpc::StatusCode::FAILED_PRECONDITION;
+      break;
+    case StatusCode::kResourceExhausted:
+      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+      break;
+    case StatusCode::kAlreadyExists:
+      code = grpc::StatusCode::ALREADY_EXISTS;
+      break;
+    case StatusCode::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case StatusCode::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case StatusCode::kAborted:
+      code = grpc::StatusCode::ABORTED;
+      break;
+    default:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   return grpc::Status(code, s.message());
 }
@@ -81,8 +96,7 @@ void ControlService::ForEachShard(const std::function<void(DataThread&)>& fn) {
   for (DataThread* shard : shards_) shard->Execute([&] { fn(*shard); });
 }
 
-grpc::Status ControlService::Join(grpc::ServerContext* context,
-                                  const control::v1::JoinRequest* req,
+grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v1::JoinRequest* req,
                                   grpc::ServerWriter<JobEvent>* writer) {
   auto parsed = ParseJoinRequest(*req);
   if (!parsed.ok()) return ToGrpc(parsed.status());
@@ -132,11 +146,12 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   }
   // Constant-time: a guess's timing reveals nothing about the secret.
   if (job->auth_key.size() != join.auth_key.size() ||
-      (!join.auth_key.empty() && sodium_memcmp(job->auth_key.data(), join.auth_key.data(),
-                                               join.auth_key.size()) != 0)) {
-    return refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               "job '" + name + "': rank " + std::to_string(rank) +
-                                   "'s auth_key differs from the job's (or only some ranks have one)"));
+      (!join.auth_key.empty() &&
+       sodium_memcmp(job->auth_key.data(), join.auth_key.data(), join.auth_key.size()) != 0)) {
+    return refuse(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     "job '" + name + "': rank " + std::to_string(rank) +
+                         "'s auth_key differs from the job's (or only some ranks have one)"));
   }
   Status joined;
   std::optional<JobAssignment> assignment;
@@ -156,7 +171,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
   spdlog::info("job '{}': rank {} joined from {}", name, rank, req->data_addresses(0));
   if (assignment) {
     std::vector<sockaddr_in> book;
-    for (const auto& per_rank : job->addresses) book.insert(book.end(), per_rank.begin(), per_rank.end());
+    for (const auto& per_rank : job->addresses)
+      book.insert(book.end(), per_rank.begin(), per_rank.end());
     std::optional<net::PacketAuthenticator> auth;
     if (!job->auth_key.empty()) {
       job->auth_salt = net::RandomSalt();
@@ -168,7 +184,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
     if (!result_ports_.empty() && !job->unicast_only && job->threads <= kMaxResultGroupThreads) {
       const uint32_t entry = assignment->id.value() % shards_[0]->data_plane().config().max_jobs;
       for (uint16_t t = 0; t < job->threads; ++t) {
-        job->result_groups.push_back(ResultGroup(entry, t, result_ports_[t % result_ports_.size()]));
+        job->result_groups.push_back(
+            ResultGroup(entry, t, result_ports_[t % result_ports_.size()]));
       }
     }
     ForEachShard([&](DataThread& shard) {
@@ -184,10 +201,10 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       }
     }
     job->assignment = assignment;
-    spdlog::info("job '{}' started: id {}, {} ranks, {} slots, {} elements per packet, results by {}",
-                 name, assignment->id.value(), assignment->world_size, assignment->pool_slots,
-                 assignment->elements_per_packet,
-                 job->result_groups.empty() ? "unicast" : "multicast");
+    spdlog::info(
+        "job '{}' started: id {}, {} ranks, {} slots, {} elements per packet, results by {}", name,
+        assignment->id.value(), assignment->world_size, assignment->pool_slots,
+        assignment->elements_per_packet, job->result_groups.empty() ? "unicast" : "multicast");
     changed_.notify_all();
   }
 
@@ -206,10 +223,10 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       for (size_t i = 0; i < missing.size() && i < 16; ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
-      const std::string reason =
-          "job '" + name + "': only " + std::to_string(job->world_size - missing.size()) + " of " +
-          std::to_string(job->world_size) + " ranks joined within " +
-          std::to_string(timeout.count()) + " ms; missing rank(s) " + list;
+      const std::string reason = "job '" + name + "': only " +
+                                 std::to_string(job->world_size - missing.size()) + " of " +
+                                 std::to_string(job->world_size) + " ranks joined within " +
+                                 std::to_string(timeout.count()) + " ms; missing rank(s) " + list;
       EndLocked(job, -1, reason);
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, reason);
     }
@@ -232,7 +249,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context,
       for (uint16_t port : data_ports_) a->add_data_ports(port);
     }
   }
-  for (const sockaddr_in& group : job->result_groups) a->add_result_groups(net::FormatAddress(group));
+  for (const sockaddr_in& group : job->result_groups)
+    a->add_result_groups(net::FormatAddress(group));
   a->set_token(job->tokens[rank]);
   a->set_auth_salt(job->auth_salt);
   std::deque<JobEvent> outgoing{first};
@@ -271,14 +289,15 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
   std::lock_guard lock(mu_);
   const auto it = jobs_.find(req->job_name());
   if (it == jobs_.end()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job '" + req->job_name().substr(0, 64) + "'");
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no job '" + req->job_name().substr(0, 64) + "'");
   }
   const std::shared_ptr<Job> job = it->second;
   if (req->rank() >= job->tokens.size() || job->tokens[req->rank()] != req->token() ||
       req->token() == 0) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        "rank " + std::to_string(req->rank()) + " of job '" + job->name +
-                            "' did not present its token");
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "rank " + std::to_string(req->rank()) +
+                                                                 " of job '" + job->name +
+                                                                 "' did not present its token");
   }
   const std::string rank = std::to_string(req->rank());
   const std::string reason = "rank " + rank + " stopped (left the job)";
@@ -351,7 +370,8 @@ control::v1::StatsReply ControlService::CollectStats() {
     const DataPlane& dp = shard.data_plane();
     Accumulate(total, dp.counters());
     for (const auto& [name, job] : jobs_) {
-      if (job->assignment) Accumulate(per_job[job->assignment->id.value()], dp.JobCounters(job->assignment->id));
+      if (job->assignment)
+        Accumulate(per_job[job->assignment->id.value()], dp.JobCounters(job->assignment->id));
     }
     const transport::EndpointCounters io = shard.endpoint_counters();
     packets_sent += io.sent;

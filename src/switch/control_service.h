@@ -53,10 +53,10 @@ class ControlService final : public control::v1::Control::Service {
     bool ended = false;
     std::string end_reason;
     std::vector<std::deque<control::v1::JobEvent>> events;  // per rank
-    std::vector<uint64_t> tokens;                            // per rank, for Leave
-    std::string auth_key;                                    // the first rank's secret
-    std::string auth_salt;                                   // with a secret
-    bool unicast_only = false;  // some rank refused multicast or is not on this host
+    std::vector<uint64_t> tokens;                           // per rank, for Leave
+    std::string auth_key;                                   // the first rank's secret
+    std::string auth_salt;                                  // with a secret
+    bool unicast_only = false;               // some rank refused multicast or is not on this host
     std::vector<sockaddr_in> result_groups;  // per worker thread; empty: unicast
     // Ranks that left on purpose (Leave). The job ends when all have, or at
     // `end_at`: a grace period in which the others can still fetch results of
@@ -81,7 +81,7 @@ class ControlService final : public control::v1::Control::Service {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
-  std::mt19937_64 token_source_;                       // guarded by mu_
+  std::mt19937_64 token_source_;                      // guarded by mu_
 };
 
 }  // namespace switchml

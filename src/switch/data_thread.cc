@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <future>
 
-
 namespace switchml {
 namespace {
 constexpr size_t kBatch = 64;
@@ -29,9 +28,8 @@ transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& co
   return o;
 }
 
-DataThread::DataThread(const DataPlaneConfig& config,
-                       std::unique_ptr<transport::Endpoint> endpoint, uint16_t shard,
-                       uint16_t shards, std::chrono::microseconds busy_poll)
+DataThread::DataThread(const DataPlaneConfig& config, std::unique_ptr<transport::Endpoint> endpoint,
+                       uint16_t shard, uint16_t shards, std::chrono::microseconds busy_poll)
     : data_plane_(config),
       registry_(&data_plane_),
       handler_(&data_plane_, shard, shards),
@@ -45,7 +43,9 @@ DataThread::~DataThread() {
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-void DataThread::Start() { thread_ = std::thread([this] { Run(); }); }
+void DataThread::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void DataThread::Stop() {
   stop_.store(true);

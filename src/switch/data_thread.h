@@ -14,18 +14,17 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include <optional>
-#include <string>
-
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
-#include "transport/transport.h"
 #include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
 #include "switchml/job_registry.h"
+#include "transport/transport.h"
 
 namespace switchml {
 

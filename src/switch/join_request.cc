@@ -47,10 +47,10 @@ StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
   if (req.world_size() == 0 || req.world_size() > 65534 || req.rank() >= req.world_size() ||
       req.elements_per_packet() > 65535 || req.path_elements_per_packet() > 65535 ||
       req.pool_slots() == 0 || req.pool_slots() > 65535) {
-    return InvalidArgument("rank=" + std::to_string(req.rank()) + ", world_size=" +
-                           std::to_string(req.world_size()) + ", elements_per_packet=" +
-                           std::to_string(req.elements_per_packet()) + " or pool_slots=" +
-                           std::to_string(req.pool_slots()) + " is out of range");
+    return InvalidArgument(
+        "rank=" + std::to_string(req.rank()) + ", world_size=" + std::to_string(req.world_size()) +
+        ", elements_per_packet=" + std::to_string(req.elements_per_packet()) +
+        " or pool_slots=" + std::to_string(req.pool_slots()) + " is out of range");
   }
   if (!req.auth_key().empty() && req.auth_key().size() != 32) {
     return InvalidArgument("auth_key must be empty or 32 bytes, not " +
@@ -71,8 +71,11 @@ StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
     if (!a.ok()) return a.status();
     join.addresses.push_back(a.value());
   }
-  join.request = JobRequest{req.job_name(), uint16_t(req.rank()), uint16_t(req.world_size()),
-                            uint16_t(req.elements_per_packet()), uint16_t(req.pool_slots()),
+  join.request = JobRequest{req.job_name(),
+                            uint16_t(req.rank()),
+                            uint16_t(req.world_size()),
+                            uint16_t(req.elements_per_packet()),
+                            uint16_t(req.pool_slots()),
                             uint16_t(req.path_elements_per_packet())};
   join.join_timeout = req.join_timeout_ms() ? std::chrono::milliseconds(req.join_timeout_ms())
                                             : std::chrono::milliseconds(kDefaultJoinTimeout);

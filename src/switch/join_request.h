@@ -14,7 +14,7 @@
 namespace switchml {
 
 struct ParsedJoin {
-  JobRequest request;               // for the JobRegistry
+  JobRequest request;                  // for the JobRegistry
   std::vector<sockaddr_in> addresses;  // one per worker thread
   std::chrono::milliseconds join_timeout;
   std::string auth_key;  // empty, or kAuthKeyBytes of job secret

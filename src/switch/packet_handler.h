@@ -1,6 +1,7 @@
 // What the software switch does with one received datagram, without I/O:
-// check its size against the data plane's largest packet, decode, check the sender against the job's address book (and its MAC when
-// the job has a key), run the data plane, and hand each reply to a sink.
+// check its size against the data plane's largest packet, decode, check the sender against the
+// job's address book (and its MAC when the job has a key), run the data plane, and hand each reply
+// to a sink.
 //
 // A job's address book is installed whole (Install) after the data plane
 // registered the job, and removed (Remove) before the data plane forgets it.

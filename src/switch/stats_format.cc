@@ -87,11 +87,11 @@ std::string FormatTable(const control::v1::StatsReply& s) {
     std::snprintf(buf, sizeof(buf),
                   "  %-20s id %-6u %s %u/%u ranks, %u slots%s: packets %llu, completed %llu, "
                   "resent %llu, pending %llu\n",
-                  j.job_name().c_str(), j.job_id(), j.active() ? "active " : "joining",
-                  j.joined(), j.world_size(), j.pool_slots(),
-                  j.result_multicast() ? ", results by multicast" : "", (unsigned long long)c.packets(),
-                  (unsigned long long)c.slots_completed(), (unsigned long long)c.results_resent(),
-                  (unsigned long long)c.pending_replies());
+                  j.job_name().c_str(), j.job_id(), j.active() ? "active " : "joining", j.joined(),
+                  j.world_size(), j.pool_slots(),
+                  j.result_multicast() ? ", results by multicast" : "",
+                  (unsigned long long)c.packets(), (unsigned long long)c.slots_completed(),
+                  (unsigned long long)c.results_resent(), (unsigned long long)c.pending_replies());
     out += buf;
     for (const auto& [reason, n] : c.drops()) {
       out += "      dropped " + reason + ": " + std::to_string(n) + "\n";

@@ -49,13 +49,15 @@ Status SwitchConfig::Validate() const {
                            std::to_string(data_threads) + " data threads' ports");
   }
   if (busy_poll_us > kMaxBusyPollUs) {
-    return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) + " is out of range; use 0.." +
-                           std::to_string(kMaxBusyPollUs) + " (0: sleep at once)");
+    return InvalidArgument("busy_poll_us=" + std::to_string(busy_poll_us) +
+                           " is out of range; use 0.." + std::to_string(kMaxBusyPollUs) +
+                           " (0: sleep at once)");
   }
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
   if (bmv2 && data_threads != 1) {
-    return InvalidArgument("data_threads must be 1 with the bmv2 data plane (the P4 switch "
-                           "carries the data)");
+    return InvalidArgument(
+        "data_threads must be 1 with the bmv2 data plane (the P4 switch "
+        "carries the data)");
   }
   return data_plane.Validate();
 }
@@ -174,12 +176,13 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(
     return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
   }
   for (auto& shard : impl->shards) shard->Start();
-  spdlog::info("switch listening: control {}:{} (gRPC), data {}:{} ({}); pool {} slots of {} "
-               "elements, up to {} workers per job; offload: {}",
-               listen.substr(0, listen.rfind(':')), impl->control_port,
-               listen.substr(0, listen.rfind(':')), PortList(impl->data_ports), transport->name(),
-               config.data_plane.pool_slots, config.data_plane.max_elements_per_packet,
-               config.data_plane.max_workers, impl->shards[0]->offload());
+  spdlog::info(
+      "switch listening: control {}:{} (gRPC), data {}:{} ({}); pool {} slots of {} "
+      "elements, up to {} workers per job; offload: {}",
+      listen.substr(0, listen.rfind(':')), impl->control_port, listen.substr(0, listen.rfind(':')),
+      PortList(impl->data_ports), transport->name(), config.data_plane.pool_slots,
+      config.data_plane.max_elements_per_packet, config.data_plane.max_workers,
+      impl->shards[0]->offload());
   return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
 }
 

@@ -65,7 +65,7 @@ struct EndpointCounters {
   uint64_t send_dropped = 0;     // queued but not sent (buffers full, errors)
   uint64_t super_datagrams = 0;  // sends that carried 2 or more datagrams
   uint64_t received = 0;
-  uint64_t coalesced = 0;        // receives that carried 2 or more datagrams
+  uint64_t coalesced = 0;  // receives that carried 2 or more datagrams
 };
 
 class Endpoint {

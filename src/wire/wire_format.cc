@@ -13,14 +13,22 @@ void StoreBe16(uint8_t* p, uint16_t v) {
 
 const char* DecodeErrorName(DecodeError e) {
   switch (e) {
-    case DecodeError::kOk: return "ok";
-    case DecodeError::kTooShort: return "too_short";
-    case DecodeError::kBadMagic: return "bad_magic";
-    case DecodeError::kBadVersion: return "bad_version";
-    case DecodeError::kBadType: return "bad_type";
-    case DecodeError::kLengthMismatch: return "length_mismatch";
-    case DecodeError::kTooManyElements: return "too_many_elements";
-    case DecodeError::kBadFlags: return "bad_flags";
+    case DecodeError::kOk:
+      return "ok";
+    case DecodeError::kTooShort:
+      return "too_short";
+    case DecodeError::kBadMagic:
+      return "bad_magic";
+    case DecodeError::kBadVersion:
+      return "bad_version";
+    case DecodeError::kBadType:
+      return "bad_type";
+    case DecodeError::kLengthMismatch:
+      return "length_mismatch";
+    case DecodeError::kTooManyElements:
+      return "too_many_elements";
+    case DecodeError::kBadFlags:
+      return "bad_flags";
   }
   return "unknown";
 }

@@ -33,9 +33,12 @@ std::array<uint8_t, kCheckedBytes> Bytes(const OpDescriptor& d) {
 
 std::string Describe(const OpDescriptor& d, size_t field) {
   switch (field) {
-    case 0: return std::to_string(d.element_count);
-    case 1: return std::string(DTypeName(d.dtype));
-    default: return std::to_string(d.elements_per_packet);
+    case 0:
+      return std::to_string(d.element_count);
+    case 1:
+      return std::string(DTypeName(d.dtype));
+    default:
+      return std::to_string(d.elements_per_packet);
   }
 }
 
@@ -56,8 +59,7 @@ uint16_t AgreedSlots(const uint8_t* sums_be, int world_size) {
   return uint16_t(std::clamp<uint64_t>((sum + n - 1) / n, 1, 65535));
 }
 
-std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be,
-                                int world_size) {
+std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be, int world_size) {
   const auto bytes = Bytes(mine);
   const uint64_t n = uint64_t(world_size);
   for (size_t f = 0; f < kFields.size(); ++f) {

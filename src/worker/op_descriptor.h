@@ -36,8 +36,7 @@ void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be);
 
 // Checks the summed descriptor words of `world_size` workers against ours.
 // Returns "" when all agree, else a sentence naming what differs.
-std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be,
-                                int world_size);
+std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be, int world_size);
 
 // The mean of the workers' proposed_slots, rounded up, at least 1: the same
 // on every rank that got the same sums.

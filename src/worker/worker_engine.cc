@@ -70,19 +70,21 @@ Status WorkerEngineConfig::Validate() const {
                            " is out of range; use 1..65534");
   }
   if (rank.value() >= world_size) {
-    return InvalidArgument("rank=" + std::to_string(rank.value()) + " is out of range for world_size=" +
-                           std::to_string(world_size) + "; ranks are 0..world_size-1");
+    return InvalidArgument("rank=" + std::to_string(rank.value()) +
+                           " is out of range for world_size=" + std::to_string(world_size) +
+                           "; ranks are 0..world_size-1");
   }
   if (elements_per_packet < kMinElementsPerPacket || elements_per_packet > kMaxElementsPerPacket) {
     return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
                            " is out of range; use " + std::to_string(kMinElementsPerPacket) + ".." +
-                           std::to_string(kMaxElementsPerPacket) + " (64, 256 or 1024 are typical)");
+                           std::to_string(kMaxElementsPerPacket) +
+                           " (64, 256 or 1024 are typical)");
   }
   if (pool_slots == 0) return InvalidArgument("pool_slots must be at least 1");
   if (window > pool_slots) {
-    return InvalidArgument("window=" + std::to_string(window) + " exceeds pool_slots=" +
-                           std::to_string(pool_slots) + "; use 1..pool_slots, or 0 to size it " +
-                           "from the measured round trip");
+    return InvalidArgument(
+        "window=" + std::to_string(window) + " exceeds pool_slots=" + std::to_string(pool_slots) +
+        "; use 1..pool_slots, or 0 to size it " + "from the measured round trip");
   }
   if (uint32_t(slot_offset) + pool_slots > 65536) {
     return InvalidArgument("slot_offset + pool_slots exceeds 65536 slots");
@@ -139,7 +141,8 @@ StatusOr<OpId> WorkerEngine::Submit(const void* in, void* out, size_t count, DTy
   }
   const uint64_t chunks = (count + config_.elements_per_packet - 1) / config_.elements_per_packet;
   if (chunks > kMaxChunksPerOp) {
-    return InvalidArgument("count=" + std::to_string(count) + " is too large for one all-reduce; "
+    return InvalidArgument("count=" + std::to_string(count) +
+                           " is too large for one all-reduce; "
                            "split it into pieces of at most " +
                            std::to_string(kMaxChunksPerOp * config_.elements_per_packet) +
                            " elements");
@@ -315,8 +318,7 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     return;
   }
   const PacketHeader& h = p.header;
-  if (h.job != config_.job.value() ||
-      (h.rank != config_.rank.value() && h.rank != kAllRanks)) {
+  if (h.job != config_.job.value() || (h.rank != config_.rank.value() && h.rank != kAllRanks)) {
     ++counters_.wrong_job_or_rank;
     return;
   }
@@ -391,7 +393,8 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
     const bool stream = op.count * 4 >= kStreamingOutputBytes;
     if (op.dtype == DType::kInt32) {
       int32_t* out = reinterpret_cast<int32_t*>(op.out) + begin;
-      stream ? Int32FromBigEndianStreaming(p.payload, n, out) : Int32FromBigEndian(p.payload, n, out);
+      stream ? Int32FromBigEndianStreaming(p.payload, n, out)
+             : Int32FromBigEndian(p.payload, n, out);
     } else if (slot.scale == kNonFiniteExponent) {
       std::fill_n(reinterpret_cast<float*>(op.out) + begin, n,
                   std::numeric_limits<float>::quiet_NaN());
@@ -429,12 +432,11 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
     const uint64_t begin = uint64_t(op.non_finite_chunk) * k;
     const std::string where = "elements [" + std::to_string(begin) + ", " +
                               std::to_string(std::min<uint64_t>(begin + k, op.count)) + ")";
-    status = Status(StatusCode::kDataLoss,
-                    op.local_non_finite_chunk == op.non_finite_chunk
-                        ? "this worker's input contains NaN or Inf in " + where +
-                              "; the output is NaN there"
-                        : "another worker's input contains NaN or Inf in " + where +
-                              "; the output is NaN there");
+    status = Status(StatusCode::kDataLoss, op.local_non_finite_chunk == op.non_finite_chunk
+                                               ? "this worker's input contains NaN or Inf in " +
+                                                     where + "; the output is NaN there"
+                                               : "another worker's input contains NaN or Inf in " +
+                                                     where + "; the output is NaN there");
   }
   FinishOp(std::move(status));
   StartNextOp(now, sink);
@@ -487,12 +489,12 @@ void WorkerEngine::Break(Status status) {
 }
 
 std::string WorkerEngine::DescribeStall(Nanos now) const {
-  std::string what = "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
-                     Millis(now - last_progress_) + " (failure_timeout_ms = " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        config_.failure_timeout)
-                                        .count()) +
-                     ") at rank " + std::to_string(config_.rank.value()) + ": ";
+  std::string what =
+      "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
+      Millis(now - last_progress_) + " (failure_timeout_ms = " +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(config_.failure_timeout).count()) +
+      ") at rank " + std::to_string(config_.rank.value()) + ": ";
   if (!switch_silent_) {
     std::string ranks;
     int listed = 0, total = 0;

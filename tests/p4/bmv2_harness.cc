@@ -21,7 +21,9 @@
 namespace switchml::p4test {
 namespace {
 
-bool Run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()) == 0; }
+bool Run(const std::string& command) {
+  return std::system((command + " >/dev/null 2>&1").c_str()) == 0;
+}
 
 uint16_t IpChecksum(const uint8_t* p, size_t n) {
   uint32_t sum = 0;
@@ -137,13 +139,14 @@ std::unique_ptr<Bmv2Harness> Bmv2Harness::Start(std::string* error) {
     return nullptr;
   }
   // The CLI's Python modules (bm_runtime) live with BMv2.
-  if (std::string(SWITCHML_BMV2_PYTHONPATH).size() > 0) setenv("PYTHONPATH", SWITCHML_BMV2_PYTHONPATH, 1);
+  if (std::string(SWITCHML_BMV2_PYTHONPATH).size() > 0)
+    setenv("PYTHONPATH", SWITCHML_BMV2_PYTHONPATH, 1);
   // simple_switch opens its Thrift port a moment after it starts.
   Status last;
   for (int attempt = 0; attempt < 100; ++attempt) {
-    auto cli = bmv2::RuntimeCli::Start({SWITCHML_BMV2_PYTHON, SWITCHML_SIMPLE_SWITCH_CLI,
-                                        "--thrift-port", "9090"},
-                                       std::chrono::seconds(20));
+    auto cli = bmv2::RuntimeCli::Start(
+        {SWITCHML_BMV2_PYTHON, SWITCHML_SIMPLE_SWITCH_CLI, "--thrift-port", "9090"},
+        std::chrono::seconds(20));
     if (cli.ok()) {
       auto plane = bmv2::Bmv2DataPlane::Create(config, hosts.value(), std::move(cli).value());
       if (!plane.ok()) {

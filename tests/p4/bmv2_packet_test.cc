@@ -19,8 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kArrival = 5s;      // generous: BMv2 is slow, not a speed check
-constexpr auto kSilence = 300ms;   // how long "nothing arrives" is watched
+constexpr auto kArrival = 5s;     // generous: BMv2 is slow, not a speed check
+constexpr auto kSilence = 300ms;  // how long "nothing arrives" is watched
 
 std::vector<uint32_t> Values(uint32_t seed) {
   std::vector<uint32_t> v(kK);
@@ -129,9 +129,8 @@ class Bmv2Scenario : public ::testing::Test {
   // The result of (job, chunk, slot, version) with `sums` arrives at every
   // rank in `ranks`, addressed to its socket, from the switch's endpoint.
   void ExpectResultAtAll(const std::vector<int>& ranks, JobId job, uint32_t chunk, uint16_t slot,
-                         uint8_t version, const std::vector<uint32_t>& sums,
-                         int16_t exponent = 0, int16_t max_next = 0,
-                         uint16_t switch_port = kSwitchPort) {
+                         uint8_t version, const std::vector<uint32_t>& sums, int16_t exponent = 0,
+                         int16_t max_next = 0, uint16_t switch_port = kSwitchPort) {
     for (int r : ranks) {
       SCOPED_TRACE("rank " + std::to_string(r));
       const Frame f = Expect(r);
@@ -293,7 +292,8 @@ TEST_F(Bmv2Scenario, RetransmissionIntoThePreviousVersionAfterTheOtherWorkerMove
 TEST_F(Bmv2Scenario, SlotReuseWithRetransmission) {
   const JobId job = Install(2, 1);
   // Chunks 0 (v0), 1 (v1), 2 (v0 again) through one slot.
-  for (uint32_t chunk = 0; chunk < 3; ++chunk) ReduceTwo(job, chunk, 0, chunk % 2, chunk, chunk + 50);
+  for (uint32_t chunk = 0; chunk < 3; ++chunk)
+    ReduceTwo(job, chunk, 0, chunk % 2, chunk, chunk + 50);
   // A late retransmission of chunk 0 into version 0 (now holding chunk 2)
   // is stale: dropped, and chunk 2's result is untouched.
   const uint64_t stale = Counters().drops[size_t(DropReason::kStaleChunk)];
@@ -324,8 +324,8 @@ TEST_F(Bmv2Scenario, OtherTrafficIsSwitchedUnchanged) {
   // Host 0 to host 2, to a UDP port in the aggregation range: not addressed
   // to the endpoint, so it is ordinary traffic.
   const std::vector<uint8_t> payload = {1, 2, 3, 4, 5, 6, 7, 8};
-  const auto frame = UdpFrame(Bmv2Harness::Host(0), Bmv2Harness::Host(2, kSwitchPort - 5002),
-                              payload);
+  const auto frame =
+      UdpFrame(Bmv2Harness::Host(0), Bmv2Harness::Host(2, kSwitchPort - 5002), payload);
   h().SendRaw(0, frame);
   const Frame f = Expect(2);
   EXPECT_EQ(f.bytes, frame);
@@ -367,7 +367,8 @@ TEST_F(Bmv2Scenario, InvalidPacketsAreDroppedUnderTheirReason) {
   truncated.resize(10);  // shorter than the switchml header
   send_payload(0, Bmv2Harness::Host(0), truncated);
   sent[DropReason::kMalformed] = 2;
-  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(JobId(999999), 0, 0, 0, 0), Values(1)));
+  send_payload(0, Bmv2Harness::Host(0),
+               SwitchmlPayload(Contribution(JobId(999999), 0, 0, 0, 0), Values(1)));
   sent[DropReason::kUnknownJob] = 1;
   send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(job, 5, 0, 0, 0), Values(1)));
   sent[DropReason::kRankOutOfRange] = 1;
@@ -375,9 +376,11 @@ TEST_F(Bmv2Scenario, InvalidPacketsAreDroppedUnderTheirReason) {
   sent[DropReason::kSlotOutOfRange] = 1;
   PacketHeader short_packet = Contribution(job, 0, 0, 0, 0);
   short_packet.element_count = 32;
-  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(short_packet, std::vector<uint32_t>(32, 1)));
+  send_payload(0, Bmv2Harness::Host(0),
+               SwitchmlPayload(short_packet, std::vector<uint32_t>(32, 1)));
   sent[DropReason::kElementCount] = 1;
-  send_payload(0, Bmv2Harness::Host(0), SwitchmlPayload(Contribution(job, 0, 0, 0, 0, 200), Values(1)));
+  send_payload(0, Bmv2Harness::Host(0),
+               SwitchmlPayload(Contribution(job, 0, 0, 0, 0, 200), Values(1)));
   sent[DropReason::kBadExponent] = 1;
   // Rank 0's job entry from another socket (port) and from another host.
   send_payload(0, Bmv2Harness::Host(0, 1), valid());
@@ -420,14 +423,14 @@ TEST_F(Bmv2Scenario, ArpRequestsForTheEndpointAreAnswered) {
   const auto reply = h().ReceiveEtherType(2, 0x0806, kArrival);
   ASSERT_TRUE(reply.has_value());
   const std::vector<uint8_t>& r = *reply;
-  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin()));           // to the asker
-  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 6));       // from the switch
+  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin()));      // to the asker
+  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 6));  // from the switch
   EXPECT_EQ(r[20], 0);
-  EXPECT_EQ(r[21], 2);                                                        // a reply
-  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 22));      // sender hw
-  EXPECT_EQ(std::memcmp(r.data() + 28, &sw.ip, 4), 0);                        // sender ip
-  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin() + 32));      // target hw
-  EXPECT_EQ(std::memcmp(r.data() + 38, &me.ip, 4), 0);                        // target ip
+  EXPECT_EQ(r[21], 2);                                                    // a reply
+  EXPECT_TRUE(std::equal(sw.mac.begin(), sw.mac.end(), r.begin() + 22));  // sender hw
+  EXPECT_EQ(std::memcmp(r.data() + 28, &sw.ip, 4), 0);                    // sender ip
+  EXPECT_TRUE(std::equal(me.mac.begin(), me.mac.end(), r.begin() + 32));  // target hw
+  EXPECT_EQ(std::memcmp(r.data() + 38, &me.ip, 4), 0);                    // target ip
 }
 
 // "Exactly as the software data plane does": a seeded random trace of valid
@@ -456,11 +459,11 @@ TEST_F(Bmv2Scenario, MatchesTheSoftwareDataPlaneOnARandomTrace) {
     const uint16_t rank = rng() % 10 == 0 ? kWorld : uint16_t(rng() % kWorld);
     const uint16_t slot = rng() % 16 == 0 ? kSlots : uint16_t(rng() % kSlots);
     const uint32_t pick = rng() % 40;
-    uint32_t chunk = current[slot];                                   // most packets
-    if (pick < 4 && chunk >= kSlots) chunk -= kSlots;                 // a late one
-    if (pick >= 4 && pick < 7) chunk += kSlots;                       // one round early
-    if (pick == 7) chunk += 2 * kSlots;                               // two rounds early
-    if (pick == 8) chunk = uint32_t(rng() % (chunk + 1));             // any older one
+    uint32_t chunk = current[slot];                        // most packets
+    if (pick < 4 && chunk >= kSlots) chunk -= kSlots;      // a late one
+    if (pick >= 4 && pick < 7) chunk += kSlots;            // one round early
+    if (pick == 7) chunk += 2 * kSlots;                    // two rounds early
+    if (pick == 8) chunk = uint32_t(rng() % (chunk + 1));  // any older one
     const uint8_t version = pick == 9 ? uint8_t(rng() % 2) : uint8_t((chunk / kSlots) % 2);
     PacketHeader p = Contribution(job, rank, chunk, slot, version, int16_t(rng() % 10 == 0),
                                   int16_t(int(rng() % 7) - 3));
@@ -504,11 +507,12 @@ TEST_F(Bmv2Scenario, MatchesTheSoftwareDataPlaneOnARandomTrace) {
     SCOPED_TRACE(DropReasonName(DropReason(r)));
     EXPECT_EQ(after.drops[size_t(r)] - before.drops[size_t(r)], expected.drops[size_t(r)]);
   }
-  std::printf("trace: %llu contributions, %llu slots completed, %llu results resent, %llu pending, "
-              "%llu dropped\n",
-              (unsigned long long)expected.contributions, (unsigned long long)expected.slots_completed,
-              (unsigned long long)expected.results_resent, (unsigned long long)expected.pending_replies,
-              (unsigned long long)expected.TotalDrops());
+  std::printf(
+      "trace: %llu contributions, %llu slots completed, %llu results resent, %llu pending, "
+      "%llu dropped\n",
+      (unsigned long long)expected.contributions, (unsigned long long)expected.slots_completed,
+      (unsigned long long)expected.results_resent, (unsigned long long)expected.pending_replies,
+      (unsigned long long)expected.TotalDrops());
   // The trace must have reached the interesting paths.
   EXPECT_GT(expected.slots_completed, 10u);
   EXPECT_GT(expected.results_resent + expected.pending_replies, 10u);

@@ -2,12 +2,12 @@
 
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
+#include <toml++/toml.h>
 
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "net/address.h"
 
@@ -61,8 +61,9 @@ StatusOr<std::vector<Host>> ParseHosts(const std::string& toml_text, const std::
   }
   const toml::array* list = table["host"].as_array();
   if (list == nullptr || list->empty()) {
-    return InvalidArgument(origin + ": no [[host]] entries; list every host behind the switch "
-                                    "with its ip, mac and port");
+    return InvalidArgument(origin +
+                           ": no [[host]] entries; list every host behind the switch "
+                           "with its ip, mac and port");
   }
   std::vector<Host> hosts;
   std::set<uint32_t> seen_ips;
@@ -77,11 +78,13 @@ StatusOr<std::vector<Host>> ParseHosts(const std::string& toml_text, const std::
     if (!ip || inet_pton(AF_INET, ip->c_str(), &h.ip) != 1) {
       return InvalidArgument(where + ": ip must be a numeric IPv4 address");
     }
-    if (!mac || !IsMac(*mac)) return InvalidArgument(where + ": mac must look like 02:00:00:00:00:01");
+    if (!mac || !IsMac(*mac))
+      return InvalidArgument(where + ": mac must look like 02:00:00:00:00:01");
     if (!port || *port < 0 || *port > 510) {
       return InvalidArgument(where + ": port must be a simple_switch port number, 0..510");
     }
-    if (!seen_ips.insert(h.ip.s_addr).second) return InvalidArgument(where + ": ip " + *ip + " is listed twice");
+    if (!seen_ips.insert(h.ip.s_addr).second)
+      return InvalidArgument(where + ": ip " + *ip + " is listed twice");
     h.mac = *mac;
     h.port = uint16_t(*port);
     hosts.push_back(h);
@@ -145,8 +148,9 @@ StatusOr<std::unique_ptr<Bmv2DataPlane>> Bmv2DataPlane::Create(const Bmv2Config&
                            "' is not a numeric IPv4 address (set --bmv2-switch-ip)");
   }
   if (!IsMac(config.switch_mac)) {
-    return InvalidArgument("bmv2 switch mac '" + config.switch_mac +
-                           "' is not a MAC address (set --bmv2-switch-mac, e.g. 02:00:00:00:00:fe)");
+    return InvalidArgument(
+        "bmv2 switch mac '" + config.switch_mac +
+        "' is not a MAC address (set --bmv2-switch-mac, e.g. 02:00:00:00:00:fe)");
   }
   std::unique_ptr<Bmv2DataPlane> plane(new Bmv2DataPlane(config, std::move(hosts), std::move(cli)));
   if (Status s = plane->Setup(); !s.ok()) return s;
@@ -200,7 +204,8 @@ Status Bmv2DataPlane::Setup() {
   // ingress port).
   group_used_[0] = group_used_[kFloodGroup] = true;
   replica_used_[0] = true;
-  if (auto r = cli_->Run("mc_mgrp_create " + std::to_string(kFloodGroup)); !r.ok()) return r.status();
+  if (auto r = cli_->Run("mc_mgrp_create " + std::to_string(kFloodGroup)); !r.ok())
+    return r.status();
   std::string port_list;
   for (uint16_t p : ports) port_list += " " + std::to_string(p);
   auto node = cli_->Run("mc_node_create 0" + port_list);
@@ -220,11 +225,11 @@ Status Bmv2DataPlane::Setup() {
 Status Bmv2DataPlane::CheckJoin(const ParsedJoin& join) const {
   const JobRequest& r = join.request;
   if (r.elements_per_packet != config_.elements_per_packet) {
-    return InvalidArgument("this switch's P4 data plane aggregates exactly " +
-                           std::to_string(config_.elements_per_packet) +
-                           " elements per packet, not " + std::to_string(r.elements_per_packet) +
-                           "; set elements_per_packet = " +
-                           std::to_string(config_.elements_per_packet));
+    return InvalidArgument(
+        "this switch's P4 data plane aggregates exactly " +
+        std::to_string(config_.elements_per_packet) + " elements per packet, not " +
+        std::to_string(r.elements_per_packet) +
+        "; set elements_per_packet = " + std::to_string(config_.elements_per_packet));
   }
   if (r.world_size > kMaxWorkers) {
     return InvalidArgument("world_size=" + std::to_string(r.world_size) +
@@ -232,8 +237,9 @@ Status Bmv2DataPlane::CheckJoin(const ParsedJoin& join) const {
                            " workers per job");
   }
   if (!join.auth_key.empty()) {
-    return InvalidArgument("the P4 data plane cannot check per-job MACs; leave auth_key empty "
-                           "(see docs/security.md, 'On a hardware (P4) switch')");
+    return InvalidArgument(
+        "the P4 data plane cannot check per-job MACs; leave auth_key empty "
+        "(see docs/security.md, 'On a hardware (P4) switch')");
   }
   for (const sockaddr_in& a : join.addresses) {
     if (FindHost(a.sin_addr) == nullptr) {
@@ -272,7 +278,8 @@ Status Bmv2DataPlane::Install(const JobAssignment& job,
     const uint32_t group = Allocate(group_used_, 2);
     if (group == 0) return fail(ResourceExhausted("no free multicast group id"));
     installed.groups.push_back(uint16_t(group));
-    if (auto r = cli_->Run("mc_mgrp_create " + std::to_string(group)); !r.ok()) return fail(r.status());
+    if (auto r = cli_->Run("mc_mgrp_create " + std::to_string(group)); !r.ok())
+      return fail(r.status());
     const std::string lo = std::to_string(t * slots / threads);
     const std::string hi = std::to_string((t + 1) * slots / threads);
     for (uint32_t rank = 0; rank < addresses.size(); ++rank) {
@@ -292,8 +299,8 @@ Status Bmv2DataPlane::Install(const JobAssignment& job,
       auto rewrite = AddEntry(kReplicas, "SwitchmlEgress.to_worker", std::to_string(replica),
                               host->mac + " " + ip + " " + port, &installed);
       if (!rewrite.ok()) return fail(rewrite.status());
-      auto node = cli_->Run("mc_node_create " + std::to_string(replica) + " " +
-                            std::to_string(host->port));
+      auto node =
+          cli_->Run("mc_node_create " + std::to_string(replica) + " " + std::to_string(host->port));
       if (!node.ok()) return fail(node.status());
       auto handle = ParseHandle(node.value());
       if (!handle.ok()) return fail(handle.status());
@@ -327,7 +334,8 @@ void Bmv2DataPlane::Undo(Installed& installed) {
   }
   for (uint16_t replica : installed.replica_ids) replica_used_[replica] = false;
   for (auto it = installed.entries.rbegin(); it != installed.entries.rend(); ++it) {
-    if (auto r = cli_->Run("table_delete " + it->first + " " + std::to_string(it->second)); !r.ok()) {
+    if (auto r = cli_->Run("table_delete " + it->first + " " + std::to_string(it->second));
+        !r.ok()) {
       spdlog::warn("{}", r.status().message());
     }
   }
@@ -348,11 +356,11 @@ StatusOr<DataPlaneCounters> Bmv2DataPlane::Counters() {
     if (!answer.ok()) return answer.status();
     return ParseCounterPackets(answer.value());
   };
-  for (auto [index, field] : {std::pair{kEventPackets, &c.packets},
-                              std::pair{kEventContributions, &c.contributions},
-                              std::pair{kEventSlotsCompleted, &c.slots_completed},
-                              std::pair{kEventResultsResent, &c.results_resent},
-                              std::pair{kEventPendingReplies, &c.pending_replies}}) {
+  for (auto [index, field] :
+       {std::pair{kEventPackets, &c.packets}, std::pair{kEventContributions, &c.contributions},
+        std::pair{kEventSlotsCompleted, &c.slots_completed},
+        std::pair{kEventResultsResent, &c.results_resent},
+        std::pair{kEventPendingReplies, &c.pending_replies}}) {
     auto value = read(kEvents, index);
     if (!value.ok()) return value.status();
     *field = value.value();

@@ -25,7 +25,7 @@ namespace switchml::bmv2 {
 
 struct Host {
   in_addr ip{};
-  std::string mac;  // aa:bb:cc:dd:ee:ff
+  std::string mac;    // aa:bb:cc:dd:ee:ff
   uint16_t port = 0;  // simple_switch port number
 };
 

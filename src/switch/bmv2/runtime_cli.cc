@@ -103,8 +103,8 @@ StatusOr<std::string> RuntimeCli::ReadAnswer() {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return Status(StatusCode::kFailedPrecondition,
-                    "the bmv2 runtime CLI (" + description_ + ") exited; it printed: " +
-                        answer.substr(0, 1000) +
+                    "the bmv2 runtime CLI (" + description_ +
+                        ") exited; it printed: " + answer.substr(0, 1000) +
                         " (check --bmv2-cli, PYTHONPATH and that simple_switch runs)");
     }
     answer.append(buffer, size_t(n));

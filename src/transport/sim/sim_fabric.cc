@@ -129,7 +129,8 @@ class SimFabric::SimEndpoint final : public Endpoint {
   void Flush() override {
     // Sent from the address a peer would see: a wildcard bind sends from loopback.
     Address source = local_;
-    if (source.sin_addr.s_addr == htonl(INADDR_ANY)) source.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (source.sin_addr.s_addr == htonl(INADDR_ANY))
+      source.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (size_t i = 0; i < count_; ++i) fabric_->Send(source, pending_[i].dest, pending_[i].bytes);
     counters_.sent += count_;
     count_ = 0;
@@ -214,8 +215,8 @@ StatusOr<std::unique_ptr<Endpoint>> SimFabric::Open(const Address& local,
     return InvalidArgument("cannot bind " + net::FormatAddress(bound) +
                            " on the simulated network: the port is in use");
   }
-  auto endpoint = std::make_unique<SimEndpoint>(shared_from_this(), bound, options,
-                                                options_.queue_datagrams);
+  auto endpoint =
+      std::make_unique<SimEndpoint>(shared_from_this(), bound, options, options_.queue_datagrams);
   bound_[Key(bound)] = endpoint->queue();
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
@@ -226,8 +227,8 @@ StatusOr<std::unique_ptr<Endpoint>> SimFabric::JoinGroup(const Address& group, i
     return InvalidArgument(net::FormatAddress(group) + " is not a multicast group address");
   }
   std::lock_guard lock(mu_);
-  auto endpoint = std::make_unique<SimEndpoint>(shared_from_this(), group, options,
-                                                options_.queue_datagrams);
+  auto endpoint =
+      std::make_unique<SimEndpoint>(shared_from_this(), group, options, options_.queue_datagrams);
   groups_[Key(group)].push_back(endpoint->queue());
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }

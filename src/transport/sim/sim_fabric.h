@@ -33,15 +33,15 @@ namespace switchml::transport::sim {
 
 struct SimFabricOptions {
   uint64_t seed = 1;
-  double loss = 0.0;       // probability that a datagram is lost
-  double duplicate = 0.0;  // probability that a datagram arrives twice
-  int mtu = 0;             // what RouteToward reports (0: unknown)
+  double loss = 0.0;              // probability that a datagram is lost
+  double duplicate = 0.0;         // probability that a datagram arrives twice
+  int mtu = 0;                    // what RouteToward reports (0: unknown)
   size_t queue_datagrams = 4096;  // per endpoint; more waiting are dropped
 };
 
 struct SimFabricCounters {
-  uint64_t sent = 0;        // datagrams handed to the fabric
-  uint64_t lost = 0;        // of them, lost on purpose
+  uint64_t sent = 0;  // datagrams handed to the fabric
+  uint64_t lost = 0;  // of them, lost on purpose
   uint64_t duplicated = 0;
   uint64_t unroutable = 0;  // to no endpoint
   uint64_t queue_full = 0;  // to a full queue
@@ -78,7 +78,7 @@ class SimFabric final : public Transport, public std::enable_shared_from_this<Si
   mutable std::mutex mu_;
   SimFabricOptions options_;
   std::mt19937_64 rng_;
-  std::map<uint64_t, Queue*> bound_;                 // (address, port) -> unicast endpoint
+  std::map<uint64_t, Queue*> bound_;                // (address, port) -> unicast endpoint
   std::map<uint64_t, std::vector<Queue*>> groups_;  // (group, port) -> members
   uint16_t next_port_ = 40000;
   SimFabricCounters counters_;

@@ -48,8 +48,9 @@ StatusOr<UdpSocket> UdpSocket::Bind(const sockaddr_in& local, int buffer_bytes) 
   SetBuffer(fd, SO_RCVBUF, SO_RCVBUFFORCE, buffer_bytes);
   SetBuffer(fd, SO_SNDBUF, SO_SNDBUFFORCE, buffer_bytes);
   if (bind(fd, reinterpret_cast<const sockaddr*>(&local), sizeof(local)) != 0) {
-    return InvalidArgument(Errno(("cannot bind UDP socket to " + net::FormatAddress(local)).c_str()) +
-                           " (is the port in use, or the address not local?)");
+    return InvalidArgument(
+        Errno(("cannot bind UDP socket to " + net::FormatAddress(local)).c_str()) +
+        " (is the port in use, or the address not local?)");
   }
   return s;
 }
@@ -69,7 +70,8 @@ StatusOr<UdpSocket> UdpSocket::JoinGroup(const sockaddr_in& group, in_addr inter
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof(zero));
   if (bind(fd, reinterpret_cast<const sockaddr*>(&group), sizeof(group)) != 0) {
-    return InvalidArgument(Errno(("cannot bind a UDP socket to group " + net::FormatAddress(group)).c_str()));
+    return InvalidArgument(
+        Errno(("cannot bind a UDP socket to group " + net::FormatAddress(group)).c_str()));
   }
   const ip_mreq membership{group.sin_addr, interface};
   if (setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &membership, sizeof(membership)) != 0) {
@@ -115,7 +117,8 @@ sockaddr_in UdpSocket::LocalAddress() const {
 
 Status UdpSocket::Connect(const sockaddr_in& peer) {
   if (connect(fd_, reinterpret_cast<const sockaddr*>(&peer), sizeof(peer)) != 0) {
-    return InvalidArgument(Errno(("cannot connect UDP socket to " + net::FormatAddress(peer)).c_str()));
+    return InvalidArgument(
+        Errno(("cannot connect UDP socket to " + net::FormatAddress(peer)).c_str()));
   }
   return Status::Ok();
 }
@@ -280,7 +283,8 @@ size_t SendBatch::Send(int fd, mmsghdr* headers, const uint32_t* counts, size_t 
 
 size_t SendBatch::BuildRuns() {
   auto same_dest = [this](uint32_t a, uint32_t b) {
-    return has_dest_[a] == has_dest_[b] && (!has_dest_[a] || net::SameAddress(dests_[a], dests_[b]));
+    return has_dest_[a] == has_dest_[b] &&
+           (!has_dest_[a] || net::SameAddress(dests_[a], dests_[b]));
   };
   // Chain the datagrams of each destination, in queue order.
   size_t dests = 0;

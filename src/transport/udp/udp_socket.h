@@ -145,7 +145,7 @@ class SendBatch {
   void set_segmentation(bool on) { segmentation_ = on; }
   bool segmentation() const { return segmentation_; }
   size_t pending() const { return count_; }
-  uint64_t sent() const { return sent_; }          // datagrams (segments)
+  uint64_t sent() const { return sent_; }  // datagrams (segments)
   uint64_t dropped() const { return dropped_; }
   uint64_t super_datagrams() const { return super_datagrams_; }  // sends of 2+ segments
 
@@ -168,7 +168,7 @@ class SendBatch {
   std::vector<mmsghdr> headers_;
   std::vector<uint32_t> ones_;  // counts of 1 for the plain path
   // Segmentation: datagrams regrouped per destination.
-  std::vector<uint32_t> next_;      // next queued datagram to the same destination
+  std::vector<uint32_t> next_;  // next queued datagram to the same destination
   std::vector<uint32_t> run_first_, run_last_;
   std::vector<iovec> run_iov_;
   std::vector<mmsghdr> run_headers_;

@@ -83,8 +83,7 @@ StatusOr<std::unique_ptr<Endpoint>> UdpTransport::Open(const Address& local,
   return std::unique_ptr<Endpoint>(new UdpEndpoint(std::move(socket).value(), options));
 }
 
-StatusOr<std::unique_ptr<Endpoint>> UdpTransport::JoinGroup(const Address& group,
-                                                            in_addr interface,
+StatusOr<std::unique_ptr<Endpoint>> UdpTransport::JoinGroup(const Address& group, in_addr interface,
                                                             const EndpointOptions& options) {
   auto socket = UdpSocket::JoinGroup(group, interface, options.socket_buffer_bytes);
   if (!socket.ok()) return socket.status();
