@@ -46,6 +46,9 @@ inline constexpr uint8_t kFlagAuthenticated = 0x02;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a
 // 16-byte Poly1305 tag (see src/net/packet_auth.h).
 inline constexpr size_t kAuthTagBytes = 28;
+// Where the flags byte lies: the one field that changes after encoding (a
+// packet is marked authenticated when it is signed).
+inline constexpr size_t kFlagsOffset = 18;
 
 enum class MessageType : uint8_t {
   kContribution = 1,  // worker -> switch: k values for one slot
@@ -107,6 +110,14 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out);
 // Writes the 24-byte header to `dst`.
 // REQUIRES: dst.size() >= kHeaderBytes.
 void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst);
+
+// Marks an encoded packet as carrying a MAC (PacketAuthenticator::Sign).
+// REQUIRES: the packet has at least kHeaderBytes.
+inline void SetAuthenticatedFlag(uint8_t* packet) { packet[kFlagsOffset] |= kFlagAuthenticated; }
+// Whether a packet of at least kHeaderBytes says it carries a MAC.
+inline bool HasAuthenticatedFlag(std::span<const uint8_t> packet) {
+  return packet.size() >= kHeaderBytes && (packet[kFlagsOffset] & kFlagAuthenticated) != 0;
+}
 
 // Big-endian 32-bit word access for payloads (unaligned is fine).
 inline uint32_t ToBigEndian32(uint32_t v) {

@@ -64,7 +64,7 @@ void Tag(const uint8_t* data, size_t length, const uint8_t* nonce, const AuthKey
 }  // namespace
 
 size_t PacketAuthenticator::Sign(uint8_t* packet, size_t length) {
-  packet[18] |= kFlagAuthenticated;
+  SetAuthenticatedFlag(packet);
   uint8_t* nonce = packet + length;
   const uint64_t count = counter_++;
   for (int i = 0; i < 4; ++i) nonce[i] = uint8_t(sender_id_ >> (8 * i));
@@ -74,7 +74,7 @@ size_t PacketAuthenticator::Sign(uint8_t* packet, size_t length) {
 }
 
 bool PacketAuthenticator::Verify(std::span<const uint8_t> packet) const {
-  if (packet.size() < kHeaderBytes + kAuthTagBytes || !(packet[18] & kFlagAuthenticated)) {
+  if (packet.size() < kHeaderBytes + kAuthTagBytes || !HasAuthenticatedFlag(packet)) {
     return false;
   }
   const size_t length = packet.size() - kAuthTagBytes;

@@ -44,7 +44,7 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   }
   const uint16_t count = LoadBe16(p + 16);
   if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
-  const uint8_t flags = p[18];
+  const uint8_t flags = p[kFlagsOffset];
   if ((flags & ~(kFlagVersionBit | kFlagAuthenticated)) != 0 || p[19] != 0) {
     return DecodeError::kBadFlags;
   }
@@ -79,7 +79,8 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   StoreBe16(p + 12, h.rank);
   StoreBe16(p + 14, h.slot);
   StoreBe16(p + 16, h.element_count);
-  p[18] = uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0));
+  p[kFlagsOffset] =
+      uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0));
   p[19] = 0;
   StoreBe16(p + 20, uint16_t(h.exponent));
   StoreBe16(p + 22, uint16_t(h.next_exponent));

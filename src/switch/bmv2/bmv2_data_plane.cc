@@ -25,8 +25,6 @@ constexpr const char* kArp = "SwitchmlIngress.arp_responder";
 constexpr const char* kReplicas = "SwitchmlEgress.result_replicas";
 constexpr const char* kDrops = "SwitchmlIngress.switchml_drops";
 constexpr const char* kEvents = "SwitchmlIngress.switchml_events";
-constexpr int kEventPackets = 0, kEventContributions = 1, kEventSlotsCompleted = 2,
-              kEventResultsResent = 3, kEventPendingReplies = 4;
 
 std::string Ip(in_addr a) {
   char text[INET_ADDRSTRLEN];

@@ -57,6 +57,10 @@ class Bmv2DataPlane final : public ExternalDataPlane {
   // At most 32 ranks: a slot's seen-bitmap is one 32-bit register.
   static constexpr uint16_t kMaxWorkers = 32;
   static constexpr uint16_t kFloodGroup = 1;
+  // Indexes of the program's switchml_events counter (EVENT_* of
+  // p4/common/constants.p4): the fields of DataPlaneCounters.
+  static constexpr int kEventPackets = 0, kEventContributions = 1, kEventSlotsCompleted = 2,
+                       kEventResultsResent = 3, kEventPendingReplies = 4;
 
  private:
   struct Installed {

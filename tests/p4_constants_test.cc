@@ -1,0 +1,100 @@
+// The P4 programs' constants (p4/common/constants.p4) against the C++ ones
+// they must equal: the wire format, the UDP port, the drop reasons and the
+// event counters. Reads the .p4 text, so it runs without p4c.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "switch/bmv2/bmv2_data_plane.h"
+#include "switchml/data_plane.h"
+#include "switchml/quantize.h"
+#include "switchml/wire_format.h"
+
+namespace switchml {
+namespace {
+
+// Every `#define NAME VALUE` whose value is a P4 integer literal (an
+// optional width prefix such as 16w, then decimal or 0x hex).
+std::map<std::string, long> Defines(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::map<std::string, long> out;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string hash, name, value;
+    if (!(words >> hash >> name >> value) || hash != "#define") continue;
+    if (const size_t w = value.find('w');
+        w != std::string::npos && w > 0 && std::isdigit(static_cast<unsigned char>(value[0]))) {
+      value = value.substr(w + 1);
+    }
+    char* end = nullptr;
+    const long v = std::strtol(value.c_str(), &end, 0);
+    if (end != value.c_str() && *end == '\0') out[name] = v;
+  }
+  return out;
+}
+
+class P4Constants : public ::testing::Test {
+ protected:
+  void SetUp() override { defines_ = Defines(SWITCHML_P4_DIR "/common/constants.p4"); }
+  long Get(const std::string& name) {
+    const auto it = defines_.find(name);
+    EXPECT_NE(it, defines_.end()) << name << " is not defined in p4/common/constants.p4";
+    return it == defines_.end() ? -1 : it->second;
+  }
+  std::map<std::string, long> defines_;
+};
+
+TEST_F(P4Constants, WireFormatMatches) {
+  EXPECT_EQ(Get("SWITCHML_MAGIC"), kWireMagic);
+  EXPECT_EQ(Get("SWITCHML_WIRE_VERSION"), kWireVersion);
+  EXPECT_EQ(Get("SWITCHML_TYPE_CONTRIBUTION"), long(MessageType::kContribution));
+  EXPECT_EQ(Get("SWITCHML_TYPE_RESULT"), long(MessageType::kResult));
+  EXPECT_EQ(Get("SWITCHML_TYPE_PENDING"), long(MessageType::kPending));
+  EXPECT_EQ(Get("SWITCHML_FLAG_VERSION"), kFlagVersionBit);
+  EXPECT_EQ(Get("SWITCHML_FLAG_AUTHENTICATED"), kFlagAuthenticated);
+  EXPECT_EQ(Get("SWITCHML_ALL_RANKS"), kAllRanks);
+  EXPECT_EQ(Get("SWITCHML_MAX_ELEMENTS"), kMaxElementsPerPacket);
+  EXPECT_EQ(Get("SWITCHML_HEADER_BYTES"), long(kHeaderBytes));
+  EXPECT_EQ(Get("SWITCHML_AUTH_TAG_BYTES"), long(kAuthTagBytes));
+  EXPECT_EQ(Get("SWITCHML_EXPONENT_NONFINITE"), kNonFiniteExponent);
+}
+
+TEST_F(P4Constants, UdpPortMatchesTheControlPlane) {
+  EXPECT_EQ(Get("SWITCHML_UDP_PORT_BASE"), bmv2::Bmv2DataPlane::kUdpPort);
+}
+
+// DROP_<NAME> is the DropReason whose name, upper-cased, is NAME, and every
+// reason has one.
+TEST_F(P4Constants, DropReasonsMatchByNameAndNumber) {
+  for (int r = 0; r < kNumDropReasons; ++r) {
+    std::string name = "DROP_";
+    for (const char* c = DropReasonName(DropReason(r)); *c != '\0'; ++c) {
+      name += char(std::toupper(static_cast<unsigned char>(*c)));
+    }
+    EXPECT_EQ(Get(name), r) << name;
+  }
+  for (const auto& [name, value] : defines_) {
+    if (name.rfind("DROP_", 0) == 0) {
+      EXPECT_LT(value, kNumDropReasons) << name;
+    }
+  }
+  EXPECT_GE(Get("SWITCHML_NUM_DROP_REASONS"), kNumDropReasons);
+}
+
+TEST_F(P4Constants, EventCountersMatchTheDriver) {
+  using bmv2::Bmv2DataPlane;
+  EXPECT_EQ(Get("EVENT_PACKETS"), Bmv2DataPlane::kEventPackets);
+  EXPECT_EQ(Get("EVENT_CONTRIBUTIONS"), Bmv2DataPlane::kEventContributions);
+  EXPECT_EQ(Get("EVENT_SLOTS_COMPLETED"), Bmv2DataPlane::kEventSlotsCompleted);
+  EXPECT_EQ(Get("EVENT_RESULTS_RESENT"), Bmv2DataPlane::kEventResultsResent);
+  EXPECT_EQ(Get("EVENT_PENDING_REPLIES"), Bmv2DataPlane::kEventPendingReplies);
+  EXPECT_GT(Get("SWITCHML_NUM_EVENTS"), Bmv2DataPlane::kEventPendingReplies);
+}
+
+}  // namespace
+}  // namespace switchml
