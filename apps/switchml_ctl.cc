@@ -5,22 +5,32 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "net/address.h"
 #include "switch/stats_format.h"
 #include "switchml/control.grpc.pb.h"
+#include "switchml/limits.h"
 #include "switchml/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-ctl: inspect a running switchml switch"};
   app.set_version_flag("--version", std::string("switchml-ctl ") + SWITCHML_VERSION);
   app.require_subcommand(1);
-  std::string address = "127.0.0.1:48800";
+  std::string address = "127.0.0.1";
   std::string format = "table";
   CLI::App* stats = app.add_subcommand("stats", "print live counters, per job and in total");
-  stats->add_option("--switch", address, "control address of the switch, HOST:PORT");
+  stats->add_option("--switch", address,
+                    "control address of the switch, HOST[:PORT] (port " +
+                        std::to_string(switchml::kDefaultControlPort) + " unless given)");
   stats->add_option("--format", format, "table or prometheus")
       ->check(CLI::IsMember({"table", "prometheus"}));
   CLI11_PARSE(app, argc, argv);
 
+  const auto control = switchml::net::ParseAddress(address, switchml::kDefaultControlPort);
+  if (!control.ok()) {
+    std::fprintf(stderr, "--switch: %s\n", control.status().message().c_str());
+    return 2;
+  }
+  address = switchml::net::FormatAddress(control.value());
   auto stub = switchml::control::v1::Control::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   app.add_option("--loss", loss, "probability of losing each packet")->check(CLI::Range(0.0, 0.5));
   app.add_option("--seed", seed, "seed for the inputs and the network");
   app.add_option("--elements-per-packet", elements, "k: int32 values per packet")
-      ->check(CLI::Range(32, 8192));
+      ->check(
+          CLI::Range(int(switchml::kMinElementsPerPacket), int(switchml::kMaxElementsPerPacket)));
   app.add_option("--pool-slots", slots, "slots in the job's pool segment")
       ->check(CLI::Range(1, 65535));
   CLI11_PARSE(app, argc, argv);

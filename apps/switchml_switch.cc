@@ -53,13 +53,14 @@ int main(int argc, char** argv) {
                  "UDP data port, the first of --data-threads (0: pick free ones)");
   app.add_option("--data-threads", config.data_threads,
                  "data threads (shards), each with its own port and core")
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(uint32_t{1}, switchml::kMaxThreads));
   app.add_option("--pool-slots", config.data_plane.pool_slots,
                  "aggregation slots shared by all jobs")
       ->check(CLI::Range(1, 1 << 24));
   app.add_option("--max-elements-per-packet", max_elements,
                  "largest elements per packet a job may use: a power of two, 32..8192")
-      ->check(CLI::Range(32, 8192))
+      ->check(
+          CLI::Range(int(switchml::kMinElementsPerPacket), int(switchml::kMaxElementsPerPacket)))
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {
             const long n = std::strtol(v.c_str(), nullptr, 10);
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
           },
           "POWER_OF_TWO"));
   app.add_option("--max-workers", max_workers, "largest world size of a job")
-      ->check(CLI::Range(1, 65534));
+      ->check(CLI::Range(1, int(switchml::kMaxWorldSize)));
   app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
   app.add_option("--result-multicast", config.result_multicast,
                  "send each result once to a host-local multicast group when all of a job's "

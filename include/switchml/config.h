@@ -8,12 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "switchml/limits.h"
 #include "switchml/status.h"
 
 namespace switchml {
-
-// The longest busy_poll_us (ContextConfig, SwitchConfig) accepts.
-constexpr uint32_t kMaxBusyPollUs = 100000;
 
 struct ContextConfig {
   std::string switch_address = "127.0.0.1:48800";  // control plane, HOST[:PORT]

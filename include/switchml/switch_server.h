@@ -13,17 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "switchml/config.h"  // kMaxBusyPollUs
 #include "switchml/data_plane.h"
+#include "switchml/limits.h"
 #include "switchml/status.h"
 
 namespace switchml {
 namespace transport {
 class Transport;  // src/transport/transport.h
 }
-
-inline constexpr uint16_t kDefaultControlPort = 48800;
-inline constexpr uint16_t kDefaultDataPort = 48801;
 
 // Serve jobs from a P4 switch — BMv2 simple_switch running
 // p4/v1model/switchml.p4 — instead of this process's software data plane.

@@ -32,15 +32,14 @@
 #include <cstring>
 #include <span>
 
+#include "switchml/limits.h"  // kMaxElementsPerPacket
+
 namespace switchml {
 
 inline constexpr uint16_t kWireMagic = 0x534D;
 inline constexpr uint8_t kWireVersion = 1;
 inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint16_t kAllRanks = 0xFFFF;
-// 8192 words = 32 KiB of payload: fits one UDP datagram on loopback. Hardware
-// switches use 64 or 256 (see p4/).
-inline constexpr uint16_t kMaxElementsPerPacket = 8192;
 inline constexpr uint8_t kFlagVersionBit = 0x01;
 inline constexpr uint8_t kFlagAuthenticated = 0x02;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a

@@ -101,8 +101,8 @@ struct WorkerEngineConfig {
   Status Validate() const;
 };
 
-// Smallest elements_per_packet: the descriptor round needs 22 words.
-inline constexpr uint16_t kMinElementsPerPacket = 32;
+// kMinElementsPerPacket (limits.h): the descriptor round needs 22 words.
+static_assert(kMinElementsPerPacket >= 22);
 
 // Receive-side and send-side counters of one engine.
 struct WorkerEngineCounters {

@@ -31,13 +31,15 @@ const Field kFields[] = {
     {"job_name", "ranks that use the same name form one job", &ContextConfig::job_name},
     {"local_address", "IPv4 address to send from (empty: the route to the switch decides)",
      &ContextConfig::local_address},
-    {"rank", "this worker's rank, 0..world_size-1", nullptr, &ContextConfig::rank, 0, 65533},
-    {"world_size", "number of workers in the job", nullptr, &ContextConfig::world_size, 1, 65534},
+    {"rank", "this worker's rank, 0..world_size-1", nullptr, &ContextConfig::rank, 0,
+     kMaxWorldSize - 1},
+    {"world_size", "number of workers in the job", nullptr, &ContextConfig::world_size, 1,
+     kMaxWorldSize},
     {"threads", "I/O threads, each with its own socket and slice of the pool", nullptr,
-     &ContextConfig::threads, 1, 64},
+     &ContextConfig::threads, 1, kMaxThreads},
     {"elements_per_packet",
      "int32 values per packet, 32..8192; 0: the largest that fits the path MTU and the switch",
-     nullptr, &ContextConfig::elements_per_packet, 0, 8192},
+     nullptr, &ContextConfig::elements_per_packet, 0, kMaxElementsPerPacket},
     {"pool_slots", "switch slots reserved for this job: the most packets in flight", nullptr,
      &ContextConfig::pool_slots, 1, 65535},
     {"window_slots",
@@ -123,9 +125,10 @@ Status ContextConfig::Validate() const {
     return InvalidArgument("rank=" + std::to_string(rank) +
                            " must be less than world_size=" + std::to_string(world_size));
   }
-  if (elements_per_packet != 0 && elements_per_packet < 32) {
+  if (elements_per_packet != 0 && elements_per_packet < kMinElementsPerPacket) {
     return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
-                           " is out of range 32..8192 (or 0 to fit the path MTU)");
+                           " is out of range " + std::to_string(kMinElementsPerPacket) + ".." +
+                           std::to_string(kMaxElementsPerPacket) + " (or 0 to fit the path MTU)");
   }
   if (window_slots > pool_slots) {
     return InvalidArgument("window_slots=" + std::to_string(window_slots) + " exceeds pool_slots=" +

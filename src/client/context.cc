@@ -10,7 +10,6 @@
 #include "net/address.h"
 #include "net/packet_auth.h"
 #include "switchml/control.grpc.pb.h"
-#include "switchml/switch_server.h"
 #include "switchml/wire_format.h"
 #include "transport/transport.h"
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "switchml/worker_engine.h"
+#include "switchml/limits.h"
 
 namespace switchml {
 namespace {

@@ -52,13 +52,15 @@ Status DataPlaneConfig::Validate() const {
     return InvalidArgument("pool_slots=" + std::to_string(pool_slots) +
                            " is out of range; use 1..16777216");
   }
-  if (max_elements_per_packet == 0 || max_elements_per_packet > kMaxElementsPerPacket) {
+  if (max_elements_per_packet < kMinElementsPerPacket ||
+      max_elements_per_packet > kMaxElementsPerPacket) {
     return InvalidArgument("max_elements_per_packet=" + std::to_string(max_elements_per_packet) +
-                           " is out of range; use 1.." + std::to_string(kMaxElementsPerPacket));
+                           " is out of range; use " + std::to_string(kMinElementsPerPacket) + ".." +
+                           std::to_string(kMaxElementsPerPacket));
   }
-  if (max_workers == 0 || max_workers == kAllRanks) {
+  if (max_workers == 0 || max_workers > kMaxWorldSize) {
     return InvalidArgument("max_workers=" + std::to_string(max_workers) +
-                           " is out of range; use 1..65534");
+                           " is out of range; use 1.." + std::to_string(kMaxWorldSize));
   }
   if (max_jobs == 0) return InvalidArgument("max_jobs must be at least 1");
   const double bytes = 2.0 * pool_slots * max_elements_per_packet * 4.0;

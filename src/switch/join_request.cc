@@ -8,7 +8,6 @@ namespace switchml {
 namespace {
 
 constexpr auto kDefaultJoinTimeout = std::chrono::seconds(60);
-constexpr int kMaxThreads = 1024;
 
 // "a.b.c.d:port" with a nonzero port; no name resolution.
 StatusOr<sockaddr_in> ParseNumericAddress(const std::string& text) {
@@ -40,11 +39,11 @@ StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
   if (req.job_name().empty() || req.job_name().size() > 256) {
     return InvalidArgument("job_name must have 1..256 characters");
   }
-  if (req.data_addresses_size() == 0 || req.data_addresses_size() > kMaxThreads) {
+  if (req.data_addresses_size() == 0 || uint32_t(req.data_addresses_size()) > kMaxThreads) {
     return InvalidArgument("a worker needs 1.." + std::to_string(kMaxThreads) +
                            " data addresses (one per thread)");
   }
-  if (req.world_size() == 0 || req.world_size() > 65534 || req.rank() >= req.world_size() ||
+  if (req.world_size() == 0 || req.world_size() > kMaxWorldSize || req.rank() >= req.world_size() ||
       req.elements_per_packet() > 65535 || req.path_elements_per_packet() > 65535 ||
       req.pool_slots() == 0 || req.pool_slots() > 65535) {
     return InvalidArgument(

@@ -40,9 +40,10 @@ struct SwitchServer::Impl {
 };
 
 Status SwitchConfig::Validate() const {
-  if (data_threads == 0 || data_threads > 64) {
+  if (data_threads == 0 || data_threads > kMaxThreads) {
     return InvalidArgument("data_threads=" + std::to_string(data_threads) +
-                           " is out of range; use 1..64 (about one per core)");
+                           " is out of range; use 1.." + std::to_string(kMaxThreads) +
+                           " (about one per core)");
   }
   if (data_port != 0 && uint32_t(data_port) + data_threads > 65536) {
     return InvalidArgument("data_port=" + std::to_string(data_port) + " leaves no room for " +

@@ -67,7 +67,7 @@ struct WorkerEngine::Slot {
 Status WorkerEngineConfig::Validate() const {
   if (world_size == 0 || world_size == kAllRanks) {
     return InvalidArgument("world_size=" + std::to_string(world_size) +
-                           " is out of range; use 1..65534");
+                           " is out of range; use 1.." + std::to_string(kMaxWorldSize));
   }
   if (rank.value() >= world_size) {
     return InvalidArgument("rank=" + std::to_string(rank.value()) +

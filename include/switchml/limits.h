@@ -1,0 +1,27 @@
+// Limits and defaults that more than one layer needs: defined once here, and
+// used by the wire format, the configuration tables, every Validate() and
+// the command lines, so none of them can disagree.
+#pragma once
+
+#include <cstdint>
+
+namespace switchml {
+
+inline constexpr uint16_t kDefaultControlPort = 48800;  // the switch's gRPC control plane
+inline constexpr uint16_t kDefaultDataPort = 48801;     // its first data thread (UDP)
+
+// int32 values per packet. 8192 words = 32 KiB of payload: one UDP datagram
+// on loopback. Hardware switches take 64 or 256 (see p4/).
+inline constexpr uint16_t kMinElementsPerPacket = 32;
+inline constexpr uint16_t kMaxElementsPerPacket = 8192;
+
+// Ranks of one job: 0xFFFF is the wire's "all ranks".
+inline constexpr uint32_t kMaxWorldSize = 65534;
+
+// I/O threads of a worker, and data threads of a switch.
+inline constexpr uint32_t kMaxThreads = 64;
+
+// The longest busy_poll_us (ContextConfig, SwitchConfig) accepts.
+inline constexpr uint32_t kMaxBusyPollUs = 100000;
+
+}  // namespace switchml
