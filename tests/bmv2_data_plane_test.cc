@@ -107,7 +107,7 @@ TEST(Bmv2DataPlane, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding
   };
   EXPECT_EQ(f.log, expected);
   EXPECT_EQ(f.plane->data_address(), "10.9.0.254");
-  EXPECT_EQ(f.plane->data_port(), 0xBEE0);
+  EXPECT_EQ(f.plane->data_port(), Bmv2DataPlane::kUdpPort);
 }
 
 TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemAll) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "client/worker_thread.h"
+#include "common/thread_split.h"
 #include "net/address.h"
 #include "net/packet_auth.h"
 #include "switchml/control.grpc.pb.h"
@@ -297,12 +298,12 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
     e.rank = Rank(uint16_t(config.rank));
     e.world_size = uint16_t(a.world_size());
     e.elements_per_packet = uint16_t(a.elements_per_packet());
-    e.slot_offset = uint16_t(t * slots / threads);
-    e.pool_slots = uint16_t((t + 1) * slots / threads - t * slots / threads);
+    const ThreadRange share = ThreadShare(slots, t, threads);
+    e.slot_offset = uint16_t(share.begin);
+    e.pool_slots = uint16_t(share.size());
     // A fixed window is split like the slots; 0 lets each thread measure.
     const uint32_t window = config.window_slots;
-    e.window = uint16_t(
-        std::min<uint32_t>(e.pool_slots, (t + 1) * window / threads - t * window / threads));
+    e.window = uint16_t(std::min<uint64_t>(e.pool_slots, ThreadShare(window, t, threads).size()));
     e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
     e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
     e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
@@ -372,8 +373,9 @@ std::shared_ptr<Job> Context::AllReduceAsync(const void* in, void* out, size_t c
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   for (size_t t = 0; t < workers.size(); ++t) {
-    const size_t begin = std::min(count, t * chunks / workers.size() * k);
-    const size_t end = std::min(count, (t + 1) * chunks / workers.size() * k);
+    const ThreadRange share = ThreadShare(chunks, uint32_t(t), uint32_t(workers.size()));
+    const size_t begin = std::min(count, share.begin * k);
+    const size_t end = std::min(count, share.end * k);
     workers[t]->Submit(src ? src + 4 * begin : nullptr, dst ? dst + 4 * begin : nullptr,
                        end - begin, dtype, job);
   }

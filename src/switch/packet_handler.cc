@@ -1,5 +1,6 @@
 #include "switch/packet_handler.h"
 
+#include "common/thread_split.h"
 #include "net/address.h"
 
 namespace switchml {
@@ -21,7 +22,7 @@ void PacketHandler::Install(JobId id, uint16_t world_size, uint16_t pool_slots, 
   b.threads = threads;
   b.thread_of_slot.resize(pool_slots);
   for (uint32_t s = 0; s < pool_slots; ++s) {
-    b.thread_of_slot[s] = uint16_t(((s + 1) * uint32_t(threads) - 1) / pool_slots);
+    b.thread_of_slot[s] = uint16_t(ThreadOf(s, pool_slots, threads));
   }
   b.addresses = std::move(addresses);
   b.auth = auth;

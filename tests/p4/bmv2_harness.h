@@ -23,8 +23,8 @@
 namespace switchml::p4test {
 
 inline constexpr int kHosts = 4;
-inline constexpr uint16_t kK = 64;               // SWITCHML_K of the compiled program
-inline constexpr uint16_t kSwitchPort = 0xBEE0;  // SWITCHML_UDP_PORT_BASE
+inline constexpr uint16_t kK = 64;  // SWITCHML_K of the compiled program
+inline constexpr uint16_t kSwitchPort = bmv2::Bmv2DataPlane::kUdpPort;  // SWITCHML_UDP_PORT_BASE
 
 struct Endpoint {
   std::array<uint8_t, 6> mac{};

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/thread_split.h"
 #include "net/address.h"
 
 namespace switchml::bmv2 {
@@ -278,8 +279,9 @@ Status Bmv2DataPlane::Install(const JobAssignment& job,
     installed.groups.push_back(uint16_t(group));
     if (auto r = cli_->Run("mc_mgrp_create " + std::to_string(group)); !r.ok())
       return fail(r.status());
-    const std::string lo = std::to_string(t * slots / threads);
-    const std::string hi = std::to_string((t + 1) * slots / threads);
+    const ThreadRange share = ThreadShare(slots, t, threads);
+    const std::string lo = std::to_string(share.begin);
+    const std::string hi = std::to_string(share.end);
     for (uint32_t rank = 0; rank < addresses.size(); ++rank) {
       const sockaddr_in& a = addresses[rank][t];
       const Host* host = FindHost(a.sin_addr);
