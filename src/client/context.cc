@@ -10,6 +10,7 @@
 #include "common/thread_split.h"
 #include "net/address.h"
 #include "net/packet_auth.h"
+#include "rpc/grpc_status.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/wire_format.h"
 #include "transport/transport.h"
@@ -123,32 +124,12 @@ transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, si
 }
 
 Status JoinError(const grpc::Status& s, const std::string& job) {
+  const Status status = FromGrpc(s);
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return Status(StatusCode::kDeadlineExceeded, "cannot reach the switch's control plane for " +
-                                                     job + ": " + s.error_message() +
-                                                     " (is switchml-switch running there?)");
+    return Status(status.code(), "cannot reach the switch's control plane for " + job + ": " +
+                                     s.error_message() + " (is switchml-switch running there?)");
   }
-  StatusCode code = StatusCode::kAborted;
-  switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      code = StatusCode::kInvalidArgument;
-      break;
-    case grpc::StatusCode::ALREADY_EXISTS:
-      code = StatusCode::kAlreadyExists;
-      break;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      code = StatusCode::kResourceExhausted;
-      break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      code = StatusCode::kDeadlineExceeded;
-      break;
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      code = StatusCode::kFailedPrecondition;
-      break;
-    default:
-      break;
-  }
-  return Status(code, "joining " + job + " failed: " + s.error_message());
+  return Status(status.code(), "joining " + job + " failed: " + s.error_message());
 }
 
 }  // namespace

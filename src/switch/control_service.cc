@@ -9,6 +9,7 @@
 
 #include "net/address.h"
 #include "net/packet_auth.h"
+#include "rpc/grpc_status.h"
 #include "switch/join_request.h"
 #include "switch/result_group.h"
 #include "switchml/wire_format.h"
@@ -21,39 +22,6 @@ using namespace std::chrono_literals;
 
 // How long a job outlives a rank that left on purpose while others still run.
 constexpr auto kLeaveGrace = 2s;
-
-grpc::Status ToGrpc(const Status& s) {
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return grpc::Status::OK;
-    case StatusCode::kInvalidArgument:
-      code = grpc::StatusCode::INVALID_ARGUMENT;
-      break;
-    case StatusCode::kFailedPrecondition:
-      code = grpc::StatusCode::FAILED_PRECONDITION;
-      break;
-    case StatusCode::kResourceExhausted:
-      code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-      break;
-    case StatusCode::kAlreadyExists:
-      code = grpc::StatusCode::ALREADY_EXISTS;
-      break;
-    case StatusCode::kNotFound:
-      code = grpc::StatusCode::NOT_FOUND;
-      break;
-    case StatusCode::kDeadlineExceeded:
-      code = grpc::StatusCode::DEADLINE_EXCEEDED;
-      break;
-    case StatusCode::kAborted:
-      code = grpc::StatusCode::ABORTED;
-      break;
-    default:
-      code = grpc::StatusCode::INTERNAL;
-      break;
-  }
-  return grpc::Status(code, s.message());
-}
 
 void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
   out->set_packets(c.packets);
