@@ -9,31 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.h"
 #include "switchml/quantize.h"
 #include "switchml/sim_cluster.h"
 #include "switchml/version.h"
-
-namespace {
-
-// "4MiB", "512KiB", "1048576" -> bytes; 0 on a malformed value.
-uint64_t ParseSize(const std::string& text) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (...) {
-    return 0;
-  }
-  const std::string unit = text.substr(used);
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "KiB" || unit == "K") scale = 1 << 10;
-  if (unit == "MiB" || unit == "M") scale = 1 << 20;
-  if (unit == "GiB" || unit == "G") scale = 1 << 30;
-  return value > 0 ? uint64_t(value * scale) : 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
@@ -55,7 +34,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 65535));
   CLI11_PARSE(app, argc, argv);
 
-  const uint64_t bytes = ParseSize(size);
+  const uint64_t bytes = switchml::bench::ParseSize(size);
   if (bytes < 4) {
     std::fprintf(stderr, "--size=%s is not a size of at least 4 bytes (try 4MiB)\n", size.c_str());
     return 2;
