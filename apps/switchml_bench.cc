@@ -173,6 +173,7 @@ int RunWorker(const Options& o) {
   j["fast_retransmissions"] = c.fast_retransmissions;
   j["udp_offload"] = config.udp_offload;
   j["transport"] = config.transport;
+  j["offload"] = ctx.offload();  // what the kernel granted
   j["multicast_received"] = c.multicast_received;
   std::printf("%s\n", j.dump().c_str());
   return v.within_bound ? 0 : 1;

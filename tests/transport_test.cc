@@ -407,5 +407,32 @@ TEST(SystemOverSimFabric, LossAndDuplicationLeaveResultsBitwiseIdenticalToUdp) {
   }
 }
 
+// A rank reports the offloads it got: none when it asked for none, one of
+// the four answers otherwise (the kernel decides), none on the fabric.
+TEST(SystemOverSimFabric, ARankReportsTheOffloadsItGot) {
+  for (bool offload : {true, false}) {
+    auto sw = StartSwitch();
+    ASSERT_NE(sw, nullptr);
+    auto configs = Configs(*sw, "job", 1);
+    configs[0].udp_offload = offload;
+    auto contexts = StartAll(configs);
+    ASSERT_NE(contexts[0], nullptr);
+    const std::string got = contexts[0]->offload();
+    if (offload) {
+      EXPECT_TRUE(got == "segmentation and coalescing" || got == "coalescing only" ||
+                  got == "segmentation only" || got == "off")
+          << got;
+    } else {
+      EXPECT_EQ(got, "off");
+    }
+  }
+  auto fabric = sim::SimFabric::Create({});
+  auto sw = StartSwitch(1024, 16, 1, SwitchConfig{}.busy_poll_us, fabric);
+  ASSERT_NE(sw, nullptr);
+  auto contexts = StartAll(Configs(*sw, "job", 1), nullptr, fabric);
+  ASSERT_NE(contexts[0], nullptr);
+  EXPECT_EQ(contexts[0]->offload(), "off");
+}
+
 }  // namespace
 }  // namespace switchml::transport

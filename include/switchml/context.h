@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "switchml/config.h"
 #include "switchml/status.h"
@@ -104,6 +105,10 @@ class Context {
   // when the given one was 0.
   const ContextConfig& config() const;
   ContextCounters counters() const;
+  // What the transport granted this rank's I/O threads, as the switch logs
+  // it for its own: "segmentation and coalescing", "coalescing only",
+  // "segmentation only" or "off" (udp_offload = false, or an old kernel).
+  std::string offload() const;
 
   struct Impl;
 

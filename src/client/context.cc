@@ -367,6 +367,11 @@ uint32_t Context::rank() const { return impl_->config.rank; }
 uint32_t Context::world_size() const { return impl_->config.world_size; }
 const ContextConfig& Context::config() const { return impl_->config; }
 
+std::string Context::offload() const {
+  // Every thread asked for the same; the first thread's answer stands for all.
+  return impl_->workers.empty() ? "off" : impl_->workers[0]->offload();
+}
+
 ContextCounters Context::counters() const {
   ContextCounters total;
   for (const auto& w : impl_->workers) w->AddCounters(total);

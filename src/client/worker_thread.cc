@@ -55,6 +55,7 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
     : engine_(engine),
       endpoint_(std::move(endpoint)),
       group_(std::move(group)),
+      offload_(endpoint_->offload()),
       poller_(busy_poll),
       auth_(auth),
       wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}

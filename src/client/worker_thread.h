@@ -45,6 +45,8 @@ class WorkerThread {
   void Fail(const Status& status);
 
   void AddCounters(ContextCounters& total) const;
+  // The unicast endpoint's offloads (fixed before Start()).
+  const std::string& offload() const { return offload_; }
   // The engine failed because the switch stopped answering (any thread).
   bool switch_silent() const { return switch_silent_.load(std::memory_order_relaxed); }
 
@@ -67,6 +69,7 @@ class WorkerThread {
   WorkerEngine engine_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::unique_ptr<transport::Endpoint> group_;  // or null
+  const std::string offload_;
   net::BusyPoller poller_;
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
