@@ -135,10 +135,9 @@ Status JoinError(const grpc::Status& s, const std::string& job) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
-  if (Status s = config.Validate(); !s.ok()) return s;
-  auto transport = transport::MakeTransport(config.transport);
-  if (!transport.ok()) return transport.status();
-  return Start(config, std::move(transport).value());
+  // The rest of the configuration is validated by the overload below.
+  if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
+  return Start(config, transport::MakeTransport(config.transport).value());
 }
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,

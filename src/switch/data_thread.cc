@@ -13,7 +13,8 @@ constexpr size_t kBatch = 64;
 // With coalescing, 4 buffers of 64 KiB; each may hold 64 datagrams.
 constexpr size_t kCoalescedBuffers = 4;
 // The most datagrams one receive call returns either way.
-constexpr size_t kMaxReceived = std::max(kBatch, kCoalescedBuffers * 64);
+constexpr size_t kMaxReceived =
+    std::max(kBatch, kCoalescedBuffers* transport::kMaxCoalescedDatagrams);
 }  // namespace
 
 transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& config,

@@ -86,9 +86,9 @@ StatusOr<std::unique_ptr<transport::Endpoint>> ReserveResultPort(transport::Tran
 }  // namespace
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
+  // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
-  auto transport = transport::MakeTransport(config.transport);
-  return Start(config, std::move(transport).value());
+  return Start(config, transport::MakeTransport(config.transport).value());
 }
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(

@@ -38,6 +38,9 @@ struct Datagram {
   const Address* source;
 };
 
+// The most datagrams one coalesced receive buffer holds.
+inline constexpr size_t kMaxCoalescedDatagrams = 64;
+
 struct EndpointOptions {
   // The largest datagram this endpoint sends or receives. A longer received
   // one is delivered whole or cut, but at least max_datagram_bytes + 1 bytes
@@ -51,7 +54,7 @@ struct EndpointOptions {
   // Datagrams per Receive() call without coalescing.
   size_t receive_batch = 64;
   // With offloads, buffers for coalesced super-datagrams per Receive() call
-  // (each holds up to 64 datagrams); 0: receive_batch / 8, at least 1.
+  // (each holds up to kMaxCoalescedDatagrams); 0: receive_batch / 8, at least 1.
   size_t coalesced_buffers = 0;
   // Kernel socket buffers (the UDP transport), each direction.
   int socket_buffer_bytes = 8 << 20;
