@@ -91,14 +91,12 @@ class SimFabric::SimEndpoint final : public Endpoint {
   ~SimEndpoint() override { fabric_->Unbind(Key(local_), &queue_); }
 
   void Reconfigure(const EndpointOptions& o) override {
-    // One extra byte tells a datagram that is too long from one that fits.
-    slot_bytes_ = o.max_datagram_bytes + 1;
-    queue_.set_slot_bytes(slot_bytes_);
     max_bytes_ = o.max_datagram_bytes;
+    queue_.set_slot_bytes(slot_bytes());
     claim_buffers_.assign(o.claim_buffers ? o.send_queue * max_bytes_ : 0, 0);
     pending_.assign(o.send_queue, Pending{});
     count_ = 0;
-    receive_buffers_.assign(o.receive_batch * slot_bytes_, 0);
+    receive_buffers_.assign(o.receive_batch * slot_bytes(), 0);
     sources_.assign(o.receive_batch, Address{});
     received_.assign(o.receive_batch, Datagram{});
   }
@@ -140,7 +138,7 @@ class SimFabric::SimEndpoint final : public Endpoint {
     size_t n = 0;
     queue_.Pop(received_.size(), [&](const Address& source, std::span<const uint8_t> bytes) {
       if (connected_ && !net::SameAddress(source, peer_)) return;  // as a connected socket
-      uint8_t* buffer = &receive_buffers_[n * slot_bytes_];
+      uint8_t* buffer = &receive_buffers_[n * slot_bytes()];
       std::memcpy(buffer, bytes.data(), bytes.size());
       sources_[n] = source;
       received_[n] = {{buffer, bytes.size()}, &sources_[n]};
@@ -157,6 +155,8 @@ class SimFabric::SimEndpoint final : public Endpoint {
     std::span<const uint8_t> bytes;
     Address dest;
   };
+  // One extra byte tells a datagram that is too long from one that fits.
+  size_t slot_bytes() const { return max_bytes_ + 1; }
   void Enqueue(std::span<const uint8_t> bytes, const Address& dest) {
     pending_[count_++] = {bytes, dest};
   }
@@ -164,7 +164,6 @@ class SimFabric::SimEndpoint final : public Endpoint {
   std::shared_ptr<SimFabric> fabric_;
   Address local_;
   SimFabric::Queue queue_;
-  size_t slot_bytes_ = 0;
   std::vector<uint8_t> claim_buffers_;
   size_t max_bytes_ = 0;
   std::vector<Pending> pending_;
