@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 
+#include "switch/bmv2/bmv2_data_plane.h"
 #include "switchml/switch_server.h"
 #include "switchml/version.h"
 
@@ -92,7 +93,7 @@ int main(int argc, char** argv) {
           },
           "LEVEL"));
   std::string dataplane = "software";
-  switchml::Bmv2Config bmv2;
+  switchml::bmv2::Bmv2Config bmv2;
   std::string bmv2_cli = "simple_switch_CLI";
   app.add_option("--dataplane", dataplane, "software (this process) or bmv2 (a P4 switch)")
       ->check(CLI::IsMember({"software", "bmv2"}));
@@ -111,7 +112,20 @@ int main(int argc, char** argv) {
     bmv2.cli.clear();
     std::istringstream words(bmv2_cli);
     for (std::string w; words >> w;) bmv2.cli.push_back(w);
-    config.bmv2 = bmv2;
+    // The program's limits are its own: a software setting would be ignored.
+    for (const auto& [flag, instead] :
+         {std::pair{"--pool-slots", "--bmv2-pool-slots"},
+          std::pair{"--max-elements-per-packet", "--bmv2-elements-per-packet"},
+          std::pair{"--max-workers", ""}, std::pair{"--max-jobs", ""},
+          std::pair{"--data-threads", ""}}) {
+      if (app.count(flag) != 0) {
+        std::fprintf(stderr,
+                     "%s applies to the software data plane only, not with --dataplane "
+                     "bmv2%s%s\n",
+                     flag, *instead ? "; use " : "", instead);
+        return 2;
+      }
+    }
   }
 
   spdlog::set_level(*ParseLogLevel(log_level));
@@ -136,7 +150,14 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto server = switchml::SwitchServer::Start(config);
+  auto server = [&]() -> switchml::StatusOr<std::unique_ptr<switchml::SwitchServer>> {
+    if (dataplane != "bmv2") return switchml::SwitchServer::Start(config);
+    // Everything is checked before the P4 switch is reset.
+    if (auto s = config.ValidateWithoutSoftwareDataPlane(); !s.ok()) return s;
+    auto target = switchml::bmv2::ConnectBmv2(bmv2);
+    if (!target.ok()) return target.status();
+    return switchml::SwitchServer::Start(config, std::move(target).value());
+  }();
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     if (!port_file.empty()) std::remove(port_tmp.c_str());

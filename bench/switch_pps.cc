@@ -32,6 +32,7 @@
 #include <thread>
 
 #include "switch/data_thread.h"
+#include "switchml/job_registry.h"
 #include "switchml/version.h"
 #include "switchml/wire_format.h"
 #include "transport/udp/udp_socket.h"
@@ -242,17 +243,19 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, 
     workers.push_back(WorkerSockets(n));
     DataThread& shard = *data.back();
     shard.Start();
-    JobId id;
-    shard.Execute([&] {
-      for (int r = 0; r < n; ++r) {
-        (void)shard.registry().Join(JobRequest{"pps", uint16_t(r), uint16_t(n), k, slots});
-      }
-      id = shard.registry().Assignment("pps")->id;
-      std::vector<sockaddr_in> book;
-      for (auto& w : workers.back()) book.push_back(w.LocalAddress());
-      shard.InstallAddresses(id, uint16_t(n), slots, 1, book, std::nullopt);
-      pthread_getcpuclockid(pthread_self(), &clocks[size_t(i)]);
-    });
+    JobRegistry registry(config);
+    for (int r = 0; r < n; ++r) {
+      (void)registry.Join(JobRequest{"pps", uint16_t(r), uint16_t(n), k, slots});
+    }
+    const JobAssignment assignment = *registry.Assignment("pps");
+    const JobId id = assignment.id;
+    std::vector<sockaddr_in> book;
+    for (auto& w : workers.back()) book.push_back(w.LocalAddress());
+    if (Status s = shard.InstallJob(ToRegistration(assignment), 1, book, std::nullopt); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+    clocks[size_t(i)] = shard.cpu_clock();
     jobs.push_back(id.value());
   }
   // Each result answers one contribution: one packet in, one out, as echo.

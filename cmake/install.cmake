@@ -14,7 +14,8 @@ include(CMakePackageConfigHelpers)
 # standard library.
 add_library(switchml SHARED src/common/library.cc
   $<TARGET_OBJECTS:switchml_core> $<TARGET_OBJECTS:switchml_transport> $<TARGET_OBJECTS:switchml_sim>
-  $<TARGET_OBJECTS:switchml_net> $<TARGET_OBJECTS:switchml_proto>)
+  $<TARGET_OBJECTS:switchml_rpc> $<TARGET_OBJECTS:switchml_switch>
+  $<TARGET_OBJECTS:switchml_client> $<TARGET_OBJECTS:switchml_proto>)
 target_link_libraries(switchml PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
   PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
 target_include_directories(switchml PRIVATE ${PROJECT_SOURCE_DIR}/src)

@@ -5,7 +5,6 @@
 #include <cstdlib>
 
 #include "switch/join_request.h"
-#include "switchml/data_plane.h"
 #include "switchml/job_registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -15,8 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   config.max_elements_per_packet = 1024;
   config.max_workers = 16;
   config.max_jobs = 4;
-  DataPlane data_plane(config);
-  JobRegistry registry(&data_plane);
+  JobRegistry registry(config);
 
   size_t at = 0;
   while (at < size) {

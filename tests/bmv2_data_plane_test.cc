@@ -107,7 +107,7 @@ TEST(Bmv2DataPlane, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding
   };
   EXPECT_EQ(f.log, expected);
   EXPECT_EQ(f.plane->data_address(), "10.9.0.254");
-  EXPECT_EQ(f.plane->data_port(), Bmv2DataPlane::kUdpPort);
+  EXPECT_EQ(f.plane->data_ports(), std::vector<uint16_t>{Bmv2DataPlane::kUdpPort});
 }
 
 TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemAll) {
@@ -118,7 +118,7 @@ TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemA
   const std::vector<std::vector<sockaddr_in>> addresses = {
       {Address("10.9.0.1", 5000), Address("10.9.0.1", 5001)},
       {Address("10.9.0.2", 6000), Address("10.9.0.2", 6001)}};
-  ASSERT_TRUE(f.plane->Install(job, addresses).ok());
+  ASSERT_TRUE(f.plane->Install(JobInstall{job, 2, addresses, {}, {}}).ok());
   const std::vector<std::string> expected = {
       "table_add SwitchmlIngress.switchml_jobs SwitchmlIngress.set_job 77 => 2 16 8",
       "mc_mgrp_create 2",
@@ -172,7 +172,10 @@ TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemA
   f.plane->Remove(JobId(77));
   EXPECT_TRUE(f.log.empty());
   ASSERT_TRUE(
-      f.plane->Install(JobAssignment{JobId(78), 1, 64, 1, 0}, {{Address("10.9.0.1", 5000)}}).ok());
+      f.plane
+          ->Install(JobInstall{
+              JobAssignment{JobId(78), 1, 64, 1, 0}, 1, {{Address("10.9.0.1", 5000)}}, {}, {}})
+          .ok());
   EXPECT_EQ(f.log[1], "mc_mgrp_create 2");
   EXPECT_NE(f.log[3].find("SwitchmlEgress.to_worker 1 =>"), std::string::npos) << f.log[3];
 }
@@ -181,8 +184,8 @@ TEST(Bmv2DataPlane, AFailedInstallUndoesWhatItAdded) {
   Fixture f;
   f.log.clear();
   f.cli->fail_on = "mc_node_create";
-  const Status s =
-      f.plane->Install(JobAssignment{JobId(5), 1, 64, 4, 0}, {{Address("10.9.0.1", 5000)}});
+  const Status s = f.plane->Install(
+      JobInstall{JobAssignment{JobId(5), 1, 64, 4, 0}, 1, {{Address("10.9.0.1", 5000)}}, {}, {}});
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("installing job 5 on bmv2"), std::string::npos) << s.message();
   const std::vector<std::string> tail(f.log.end() - 4, f.log.end());
@@ -219,8 +222,10 @@ TEST(Bmv2DataPlane, RefusesJobsTheProgramCannotServe) {
 
 TEST(Bmv2DataPlane, ReadsCountersByDropReasonName) {
   Fixture f;
-  auto c = f.plane->Counters();
-  ASSERT_TRUE(c.ok());
+  auto counters = f.plane->Counters({JobId(1)});
+  ASSERT_TRUE(counters.ok());
+  EXPECT_TRUE(counters.value().per_job.empty());  // the program counts all jobs together
+  auto c = StatusOr<DataPlaneCounters>(counters.value().total);
   // The scripted CLI answers 1, 2, 3, ... in the order of the reads:
   // five events, then drop reasons 1..12.
   EXPECT_EQ(c.value().packets, 1u);

@@ -7,7 +7,7 @@ namespace {
 
 class JobRegistryTest : public ::testing::Test {
  protected:
-  JobRegistryTest() : dp_(Config()), registry_(&dp_) {}
+  JobRegistryTest() : registry_(Config()) {}
   static DataPlaneConfig Config() {
     DataPlaneConfig c;
     c.pool_slots = 100;
@@ -20,7 +20,6 @@ class JobRegistryTest : public ::testing::Test {
                      uint16_t slots = 40) {
     return JobRequest{name, rank, world, 64, slots};
   }
-  DataPlane dp_;
   JobRegistry registry_;
 };
 
@@ -34,7 +33,10 @@ TEST_F(JobRegistryTest, JobIsInstalledWhenTheLastRankJoins) {
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->world_size, 3);
   EXPECT_EQ(a->pool_slots, 40);
-  EXPECT_TRUE(dp_.HasJob(a->id));
+  // The assignment is what a data plane needs to run the job.
+  DataPlane dp(Config());
+  ASSERT_TRUE(dp.RegisterJob(ToRegistration(*a)).ok());
+  EXPECT_TRUE(dp.HasJob(a->id));
 }
 
 TEST_F(JobRegistryTest, WorldSizeMismatchIsRejected) {
@@ -110,7 +112,7 @@ TEST_F(JobRegistryTest, PoolExhaustionIsReportedAndEndingAJobFreesItsSegment) {
       << s.message();
   const JobId old = registry_.Assignment("a")->id;
   ASSERT_TRUE(registry_.End("a").ok());
-  EXPECT_FALSE(dp_.HasJob(old));
+  EXPECT_FALSE(registry_.Assignment("a").has_value());
   ASSERT_TRUE(registry_.Join(Request("b", 1, 2, 60)).ok());
   EXPECT_NE(registry_.Assignment("b")->id, old);  // ids are not reused
 }

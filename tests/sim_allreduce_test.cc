@@ -305,8 +305,7 @@ TEST(SimAllReduceAgreement, DifferentDtypesFailEveryRank) {
 }
 
 TEST(SimAllReduceAgreement, DifferentElementsPerPacketAreRejectedAtRegistration) {
-  DataPlane dp(DataPlaneConfig{});
-  JobRegistry registry(&dp);
+  JobRegistry registry(DataPlaneConfig{});
   ASSERT_TRUE(registry.Join({"job", 0, 2, 256, 32}).ok());
   const Status s = registry.Join({"job", 1, 2, 64, 32});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);

@@ -1,9 +1,10 @@
 // Job setup (the control plane's logic, without any RPC): workers register
 // for a named job; when all ranks have registered with identical parameters
-// the job gets an id and a segment of the switch's pool, and is installed in
-// the data plane. A job that asks for elements_per_packet 0 gets the largest
-// power of two that every rank's path and the data plane carry. Transports (gRPC in the switch
-// daemon, direct calls in the simulation) wrap this class.
+// the job gets an id and a segment of the switch's pool. The registry only
+// allocates: its owner installs the assignment in the data plane(s)
+// (ToRegistration) and ends the job here if that fails. A job that asks for elements_per_packet 0
+// gets the largest power of two that every rank's path and the data plane carry. Transports (gRPC
+// in the switch daemon, direct calls in the simulation) wrap this class.
 //
 // Job ids are generation * max_jobs + table entry, so an id is never reused
 // while packets of its previous holder may still be in flight.
@@ -45,20 +46,29 @@ struct JobAssignment {
   uint32_t pool_base = 0;  // first slot of the job's segment of the switch's pool
 };
 
+// What a data plane needs to run an assigned job.
+inline JobRegistration ToRegistration(const JobAssignment& a) {
+  return JobRegistration{a.id, a.world_size, a.elements_per_packet, a.pool_base, a.pool_slots};
+}
+
 class JobRegistry {
  public:
-  // `data_plane` must outlive the registry.
-  explicit JobRegistry(DataPlane* data_plane);
+  // Allocates within `limits`: the data plane's pool, job table, largest
+  // world size and packet (every data plane the owner installs jobs in must
+  // have at least these).
+  explicit JobRegistry(const DataPlaneConfig& limits);
 
   // Adds one rank. Errors name the mismatching value and the ranks involved;
   // a rejected request leaves the job's other registrations in place. When
-  // the last rank joins, the job is installed and Assignment() answers.
+  // the last rank joins, the job gets its id and segment, and Assignment()
+  // answers.
   Status Join(const JobRequest& request);
   // The assignment of a complete job; nullopt while ranks are missing.
   std::optional<JobAssignment> Assignment(const std::string& job_name) const;
   // Ranks that have not registered yet (for error messages and barriers).
   std::vector<uint16_t> MissingRanks(const std::string& job_name) const;
   // Ends the job (complete or not): frees its pool segment and job id.
+  // The owner removes it from the data plane(s) first.
   Status End(const std::string& job_name);
 
   size_t job_count() const { return jobs_.size(); }
@@ -76,7 +86,7 @@ class JobRegistry {
   uint16_t ElementsPerPacket(const Job& job) const;
   std::optional<uint32_t> AllocateSegment(uint16_t slots) const;
 
-  DataPlane* data_plane_;
+  DataPlaneConfig limits_;
   std::map<std::string, Job> jobs_;
   uint32_t generation_ = 1;
 };

@@ -2,14 +2,14 @@
 // the gRPC control plane that registers jobs. `switchml-switch` is a thin
 // main() around it; tests embed several in one process.
 //
-// Threads: one data thread owns the data plane and the jobs' address book
-// (nothing on its packet path locks); gRPC threads serve the control plane
-// and hand changes to the data thread as commands.
+// Threads: the control plane (gRPC threads) owns every job's record and
+// installs started jobs whole in the data threads, each of which owns only
+// its packets: its copy of the pool and the jobs' address books (nothing on
+// its packet path locks).
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,20 +21,7 @@ namespace switchml {
 namespace transport {
 class Transport;  // src/transport/transport.h
 }
-
-// Serve jobs from a P4 switch — BMv2 simple_switch running
-// p4/v1model/switchml.p4 — instead of this process's software data plane.
-// The daemon then only runs the control plane; p4/README.md shows a setup.
-struct Bmv2Config {
-  // The runtime CLI and its arguments; --thrift-port is appended.
-  std::vector<std::string> cli = {"simple_switch_CLI"};
-  uint16_t thrift_port = 9090;
-  std::string hosts_file;             // TOML list of the hosts behind the switch's ports
-  std::string switch_ip;              // the aggregation endpoint that workers send to
-  std::string switch_mac;             // its MAC address
-  uint16_t elements_per_packet = 64;  // SWITCHML_K the program was compiled with
-  uint32_t pool_slots = 512;          // SWITCHML_POOL_SLOTS of the program
-};
+class DataPlaneTarget;  // src/switch/data_plane_target.h
 
 struct SwitchConfig {
   std::string bind_address = "0.0.0.0";         // IPv4 address to listen on
@@ -61,9 +48,12 @@ struct SwitchConfig {
   bool udp_offload = true;
   // How data packets travel: "udp" (kernel UDP sockets).
   std::string transport = "udp";
-  std::optional<Bmv2Config> bmv2;  // set: jobs run on a BMv2 switch
 
   Status Validate() const;
+  // Validate(), for a switch whose jobs run on a data plane outside this
+  // process: also refuses a changed data_threads or data_plane, which only
+  // the software data plane uses.
+  Status ValidateWithoutSoftwareDataPlane() const;
 };
 
 class SwitchServer {
@@ -74,6 +64,12 @@ class SwitchServer {
   // embedder's own, or the in-process SimFabric of the tests.
   static StatusOr<std::unique_ptr<SwitchServer>> Start(
       const SwitchConfig& config, std::shared_ptr<transport::Transport> transport);
+  // Only the control plane, over a data plane outside this process (a P4
+  // switch; `switchml-switch --dataplane bmv2` builds one). The settings of
+  // the software data plane (data_threads, data_plane) must keep their
+  // defaults: the target has its own limits.
+  static StatusOr<std::unique_ptr<SwitchServer>> Start(const SwitchConfig& config,
+                                                       std::unique_ptr<DataPlaneTarget> target);
   ~SwitchServer();  // Stop()s
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;
@@ -92,9 +88,8 @@ class SwitchServer {
   // The counters a `switchml-ctl stats` prints, in Prometheus text format.
   std::string PrometheusText();
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit SwitchServer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

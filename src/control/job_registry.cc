@@ -25,10 +25,10 @@ std::string FirstDifference(const JobRequest& a, const JobRequest& b) {
 
 }  // namespace
 
-JobRegistry::JobRegistry(DataPlane* data_plane) : data_plane_(data_plane) {}
+JobRegistry::JobRegistry(const DataPlaneConfig& limits) : limits_(limits) {}
 
 Status JobRegistry::Join(const JobRequest& r) {
-  const DataPlaneConfig& limits = data_plane_->config();
+  const DataPlaneConfig& limits = limits_;
   const std::string job = "job " + Quote(r.job_name);
   if (r.job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (r.world_size == 0 || r.world_size > limits.max_workers) {
@@ -87,7 +87,7 @@ Status JobRegistry::Join(const JobRequest& r) {
 uint16_t JobRegistry::ElementsPerPacket(const Job& j) const {
   if (j.params.elements_per_packet != 0) return j.params.elements_per_packet;
   // The largest power of two within every rank's path and the data plane.
-  const uint16_t limit = std::min(j.path_elements, data_plane_->config().max_elements_per_packet);
+  const uint16_t limit = std::min(j.path_elements, limits_.max_elements_per_packet);
   uint16_t k = kMinElementsPerPacket;
   while (uint32_t(k) * 2 <= limit) k *= 2;
   return k;
@@ -106,28 +106,27 @@ std::optional<uint32_t> JobRegistry::AllocateSegment(uint16_t slots) const {
     if (begin - cursor >= slots) return cursor;
     cursor = std::max(cursor, end);
   }
-  if (data_plane_->config().pool_slots - cursor >= slots) return cursor;
+  if (limits_.pool_slots - cursor >= slots) return cursor;
   return std::nullopt;
 }
 
 uint32_t JobRegistry::free_slots() const {
   uint32_t used = 0;
   for (const auto& [name, job] : jobs_) used += job.assignment ? job.assignment->pool_slots : 0;
-  return data_plane_->config().pool_slots - used;
+  return limits_.pool_slots - used;
 }
 
 Status JobRegistry::Install(Job& j) {
   const std::string job = "job " + Quote(j.params.job_name);
   const std::optional<uint32_t> base = AllocateSegment(j.params.pool_slots);
   if (!base) {
-    return ResourceExhausted(job + ": the switch's pool has no free segment of " +
-                             std::to_string(j.params.pool_slots) + " slots (" +
-                             std::to_string(free_slots()) + " of " +
-                             std::to_string(data_plane_->config().pool_slots) +
-                             " free); end other jobs or ask for fewer slots");
+    return ResourceExhausted(
+        job + ": the switch's pool has no free segment of " + std::to_string(j.params.pool_slots) +
+        " slots (" + std::to_string(free_slots()) + " of " + std::to_string(limits_.pool_slots) +
+        " free); end other jobs or ask for fewer slots");
   }
   // A job table entry no active job uses.
-  const uint16_t entries = data_plane_->config().max_jobs;
+  const uint16_t entries = limits_.max_jobs;
   std::vector<bool> taken(entries, false);
   for (const auto& [name, other] : jobs_) {
     if (other.assignment) taken[other.assignment->id.value() % entries] = true;
@@ -138,11 +137,8 @@ Status JobRegistry::Install(Job& j) {
                              std::to_string(entries) + " jobs; end one first");
   }
   const JobId id(generation_++ * entries + uint32_t(free_entry - taken.begin()));
-  const JobRegistration reg{id, j.params.world_size, ElementsPerPacket(j), *base,
-                            j.params.pool_slots};
-  if (Status s = data_plane_->RegisterJob(reg); !s.ok()) return s;
   j.assignment =
-      JobAssignment{id, j.params.world_size, reg.elements_per_packet, j.params.pool_slots, *base};
+      JobAssignment{id, j.params.world_size, ElementsPerPacket(j), j.params.pool_slots, *base};
   return Status::Ok();
 }
 
@@ -165,9 +161,6 @@ Status JobRegistry::End(const std::string& job_name) {
   const auto it = jobs_.find(job_name);
   if (it == jobs_.end()) {
     return {StatusCode::kNotFound, "job " + Quote(job_name) + " is not registered"};
-  }
-  if (it->second.assignment) {
-    if (Status s = data_plane_->UnregisterJob(it->second.assignment->id); !s.ok()) return s;
   }
   jobs_.erase(it);
   return Status::Ok();

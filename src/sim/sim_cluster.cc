@@ -19,13 +19,14 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
   auto dp = DataPlane::Create(o.data_plane);
   if (!dp.ok()) return dp.status();
   c->data_plane_ = std::move(dp).value();
-  c->registry_ = std::make_unique<JobRegistry>(c->data_plane_.get());
+  c->registry_ = std::make_unique<JobRegistry>(o.data_plane);
   for (uint16_t r = 0; r < o.world_size; ++r) {
     const JobRequest request{"sim", r, o.world_size, o.elements_per_packet, o.pool_slots};
     if (Status s = c->registry_->Join(request); !s.ok()) return s;
   }
   const std::optional<JobAssignment> a = c->registry_->Assignment("sim");
-  if (!a) return Status(StatusCode::kInternal, "job not installed after all ranks joined");
+  if (!a) return Status(StatusCode::kInternal, "job not assigned after all ranks joined");
+  if (Status s = c->data_plane_->RegisterJob(ToRegistration(*a)); !s.ok()) return s;
   c->assignment_ = *a;
 
   std::vector<WorkerEngine*> raw;

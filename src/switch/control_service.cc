@@ -5,13 +5,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "net/address.h"
 #include "net/packet_auth.h"
 #include "rpc/grpc_status.h"
-#include "switch/join_request.h"
-#include "switch/result_group.h"
 #include "switchml/wire_format.h"
 
 namespace switchml {
@@ -22,6 +19,9 @@ using namespace std::chrono_literals;
 
 // How long a job outlives a rank that left on purpose while others still run.
 constexpr auto kLeaveGrace = 2s;
+// The synchronous gRPC API tells a handler that its caller left only when
+// asked: how often a waiting handler asks.
+constexpr auto kCancelPoll = 50ms;
 
 void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
   out->set_packets(c.packets);
@@ -34,16 +34,6 @@ void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
   }
 }
 
-void Accumulate(DataPlaneCounters& total, const DataPlaneCounters& c) {
-  total.packets += c.packets;
-  total.contributions += c.contributions;
-  total.slots_completed += c.slots_completed;
-  total.results_resent += c.results_resent;
-  total.pending_replies += c.pending_replies;
-  for (size_t i = 0; i < c.drops.size(); ++i) total.drops[i] += c.drops[i];
-  for (size_t i = 0; i < c.decode_errors.size(); ++i) total.decode_errors[i] += c.decode_errors[i];
-}
-
 bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
   return std::all_of(addresses.begin(), addresses.end(), [](const sockaddr_in& a) {
     return (ntohl(a.sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;  // 127/8
@@ -52,38 +42,47 @@ bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
 
 }  // namespace
 
-ControlService::ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                               ExternalDataPlane* external, std::vector<uint16_t> result_ports)
-    : shards_(std::move(shards)),
-      data_ports_(std::move(data_ports)),
-      external_(external),
-      result_ports_(external == nullptr ? std::move(result_ports) : std::vector<uint16_t>{}),
+ControlService::ControlService(DataPlaneTarget* target, bool result_multicast)
+    : target_(target),
+      result_multicast_(result_multicast),
+      registry_(target->limits()),
       token_source_(std::random_device{}()) {}
-
-void ControlService::ForEachShard(const std::function<void(DataThread&)>& fn) {
-  for (DataThread* shard : shards_) shard->Execute([&] { fn(*shard); });
-}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v1::JoinRequest* req,
                                   grpc::ServerWriter<JobEvent>* writer) {
   auto parsed = ParseJoinRequest(*req);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const ParsedJoin& join = parsed.value();
-  if (external_ != nullptr) {
-    if (Status s = external_->CheckJoin(join); !s.ok()) return ToGrpc(s);
-  }
-  const std::string& name = join.request.job_name;
-  const auto threads = uint16_t(join.addresses.size());
-  const std::vector<sockaddr_in>& addresses = join.addresses;
-  const auto rank = uint16_t(req->rank());
+  if (Status s = target_->CheckJoin(join); !s.ok()) return ToGrpc(s);
+  const uint16_t rank = join.request.rank;
 
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
+  auto admitted = AdmitLocked(join);
+  if (!admitted.ok()) return ToGrpc(admitted.status());
+  const std::shared_ptr<Job> job = std::move(admitted).value();
+  spdlog::info("job '{}': rank {} joined from {}", job->name, rank, req->data_addresses(0));
+  if (auto assignment = registry_.Assignment(job->name); assignment && !job->assignment) {
+    if (Status s = StartLocked(*job, *assignment); !s.ok()) {
+      EndLocked(job, -1, s.message());
+      return ToGrpc(s);
+    }
+  }
+  if (grpc::Status s = AwaitStartLocked(lock, job, rank, join.join_timeout, context); !s.ok()) {
+    return s;
+  }
+  return StreamLocked(lock, job, rank, context, writer);
+}
+
+StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const ParsedJoin& join) {
+  const std::string& name = join.request.job_name;
+  const uint16_t rank = join.request.rank;
+  const auto threads = uint16_t(join.addresses.size());
   std::shared_ptr<Job>& entry = jobs_[name];
   const bool created = entry == nullptr;
   if (created) {
     entry = std::make_shared<Job>();
     entry->name = name;
-    entry->world_size = uint16_t(req->world_size());
+    entry->world_size = join.request.world_size;
     entry->threads = threads;
     entry->addresses.resize(entry->world_size);
     entry->events.resize(entry->world_size);
@@ -96,88 +95,70 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   // ranks wait at the barrier ends, and they fail at once with the same
   // message (a misconfigured rank never leaves the others waiting for the
   // join timeout). A running job is left alone.
-  auto refuse = [&](const grpc::Status& status) {
-    spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, status.error_message());
+  auto refuse = [&](const Status& status) {
+    spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, status.message());
     if (created) {
       jobs_.erase(name);
     } else if (!job->assignment) {
-      EndLocked(job, -1, status.error_message());
+      EndLocked(job, -1, status.message());
     }
     return status;
   };
   if (job->threads != threads) {
-    return refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               "job '" + name + "': rank " + std::to_string(rank) + "'s threads " +
-                                   std::to_string(threads) + " differs from the job's " +
-                                   std::to_string(job->threads) +
-                                   "; every rank must use the same value"));
+    return refuse(InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
+                                  "'s threads " + std::to_string(threads) +
+                                  " differs from the job's " + std::to_string(job->threads) +
+                                  "; every rank must use the same value"));
   }
   // Constant-time: a guess's timing reveals nothing about the secret.
   if (job->auth_key.size() != join.auth_key.size() ||
       (!join.auth_key.empty() &&
        sodium_memcmp(job->auth_key.data(), join.auth_key.data(), join.auth_key.size()) != 0)) {
     return refuse(
-        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                     "job '" + name + "': rank " + std::to_string(rank) +
-                         "'s auth_key differs from the job's (or only some ranks have one)"));
+        InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
+                        "'s auth_key differs from the job's (or only some ranks have one)"));
   }
-  Status joined;
-  std::optional<JobAssignment> assignment;
-  // The first shard decides; the others repeat its decision (their
-  // registries see the same calls in the same order, so they agree).
-  shards_[0]->Execute([&] {
-    joined = shards_[0]->registry().Join(join.request);
-    if (joined.ok()) assignment = shards_[0]->registry().Assignment(name);
-  });
-  for (size_t s = 1; s < shards_.size() && joined.ok(); ++s) {
-    shards_[s]->Execute([&] { (void)shards_[s]->registry().Join(join.request); });
-  }
-  if (!joined.ok()) return refuse(ToGrpc(joined));
-  job->addresses[rank] = addresses;
-  if (!join.accept_result_multicast || !AllOnLoopback(addresses)) job->unicast_only = true;
+  if (Status s = registry_.Join(join.request); !s.ok()) return refuse(s);
+  job->addresses[rank] = join.addresses;
+  if (!join.accept_result_multicast || !AllOnLoopback(join.addresses)) job->unicast_only = true;
   job->tokens[rank] = token_source_();
-  spdlog::info("job '{}': rank {} joined from {}", name, rank, req->data_addresses(0));
-  if (assignment) {
-    std::vector<sockaddr_in> book;
-    for (const auto& per_rank : job->addresses)
-      book.insert(book.end(), per_rank.begin(), per_rank.end());
-    std::optional<net::PacketAuthenticator> auth;
-    if (!job->auth_key.empty()) {
-      job->auth_salt = net::RandomSalt();
-      net::AuthKey secret;
-      std::copy(job->auth_key.begin(), job->auth_key.end(), secret.begin());
-      auth.emplace(secret, job->auth_salt, assignment->id.value(), net::kSwitchSenderId);
-      sodium_memzero(secret.data(), secret.size());
-    }
-    if (!result_ports_.empty() && !job->unicast_only && job->threads <= kMaxResultGroupThreads) {
-      const uint32_t entry = assignment->id.value() % shards_[0]->data_plane().config().max_jobs;
-      for (uint16_t t = 0; t < job->threads; ++t) {
-        job->result_groups.push_back(
-            ResultGroup(entry, t, result_ports_[t % result_ports_.size()]));
-      }
-    }
-    ForEachShard([&](DataThread& shard) {
-      shard.InstallAddresses(assignment->id, assignment->world_size, assignment->pool_slots,
-                             job->threads, book, auth, job->result_groups);
-    });
-    if (external_ != nullptr) {
-      if (Status s = external_->Install(*assignment, job->addresses); !s.ok()) {
-        spdlog::error("job '{}': {}", name, s.message());
-        ForEachShard([&](DataThread& shard) { shard.RemoveAddresses(assignment->id); });
-        EndLocked(job, -1, s.message());
-        return ToGrpc(s);
-      }
-    }
-    job->assignment = assignment;
-    spdlog::info(
-        "job '{}' started: id {}, {} ranks, {} slots, {} elements per packet, results by {}", name,
-        assignment->id.value(), assignment->world_size, assignment->pool_slots,
-        assignment->elements_per_packet, job->result_groups.empty() ? "unicast" : "multicast");
-    changed_.notify_all();
-  }
+  return job;
+}
 
-  // The barrier: wait for every rank, the job's end, or this caller leaving.
-  const auto timeout = join.join_timeout;
+Status ControlService::StartLocked(Job& job, const JobAssignment& assignment) {
+  JobInstall install;
+  install.assignment = assignment;
+  install.threads = job.threads;
+  install.addresses = job.addresses;
+  if (!job.auth_key.empty()) {
+    job.auth_salt = net::RandomSalt();
+    net::AuthKey secret;
+    std::copy(job.auth_key.begin(), job.auth_key.end(), secret.begin());
+    install.auth.emplace(secret, job.auth_salt, assignment.id.value(), net::kSwitchSenderId);
+    sodium_memzero(secret.data(), secret.size());
+  }
+  if (result_multicast_ && !job.unicast_only) {
+    install.result_groups = target_->ResultGroups(assignment, job.threads);
+  }
+  if (Status s = target_->Install(install); !s.ok()) {
+    spdlog::error("job '{}': {}", job.name, s.message());
+    return s;
+  }
+  job.result_groups = std::move(install.result_groups);
+  job.assignment = assignment;
+  spdlog::info(
+      "job '{}' started on the {} data plane: id {}, {} ranks, {} slots, {} elements "
+      "per packet, results by {}",
+      job.name, target_->name(), assignment.id.value(), assignment.world_size,
+      assignment.pool_slots, assignment.elements_per_packet,
+      job.result_groups.empty() ? "unicast" : "multicast");
+  changed_.notify_all();
+  return Status::Ok();
+}
+
+grpc::Status ControlService::AwaitStartLocked(Lock& lock, const std::shared_ptr<Job>& job,
+                                              uint16_t rank, std::chrono::milliseconds timeout,
+                                              grpc::ServerContext* context) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!job->assignment && !job->ended) {
     if (context->IsCancelled()) {
@@ -185,44 +166,48 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
       return grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      std::vector<uint16_t> missing;
-      shards_[0]->Execute([&] { missing = shards_[0]->registry().MissingRanks(name); });
+      const std::vector<uint16_t> missing = registry_.MissingRanks(job->name);
       std::string list;
       for (size_t i = 0; i < missing.size() && i < 16; ++i) {
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
-      const std::string reason = "job '" + name + "': only " +
+      const std::string reason = "job '" + job->name + "': only " +
                                  std::to_string(job->world_size - missing.size()) + " of " +
                                  std::to_string(job->world_size) + " ranks joined within " +
                                  std::to_string(timeout.count()) + " ms; missing rank(s) " + list;
       EndLocked(job, -1, reason);
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, reason);
     }
-    changed_.wait_for(lock, 50ms);
+    changed_.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + kCancelPoll));
   }
   if (!job->assignment) return grpc::Status(grpc::StatusCode::ABORTED, job->end_reason);
+  return grpc::Status::OK;
+}
 
+JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
   JobEvent first;
   auto* a = first.mutable_assignment();
-  a->set_job_id(job->assignment->id.value());
-  a->set_world_size(job->assignment->world_size);
-  a->set_elements_per_packet(job->assignment->elements_per_packet);
-  a->set_pool_slots(job->assignment->pool_slots);
-  if (external_ != nullptr) {
-    a->set_data_port(external_->data_port());
-    a->set_data_address(external_->data_address());
-  } else {
-    a->set_data_port(data_ports_[0]);
-    if (data_ports_.size() > 1) {
-      for (uint16_t port : data_ports_) a->add_data_ports(port);
-    }
+  a->set_job_id(job.assignment->id.value());
+  a->set_world_size(job.assignment->world_size);
+  a->set_elements_per_packet(job.assignment->elements_per_packet);
+  a->set_pool_slots(job.assignment->pool_slots);
+  const std::vector<uint16_t> ports = target_->data_ports();
+  a->set_data_port(ports[0]);
+  a->set_data_address(target_->data_address());
+  if (ports.size() > 1) {
+    for (uint16_t port : ports) a->add_data_ports(port);
   }
-  for (const sockaddr_in& group : job->result_groups)
+  for (const sockaddr_in& group : job.result_groups)
     a->add_result_groups(net::FormatAddress(group));
-  a->set_token(job->tokens[rank]);
-  a->set_auth_salt(job->auth_salt);
-  std::deque<JobEvent> outgoing{first};
-  // Stream events until the job ends or this worker goes away.
+  a->set_token(job.tokens[rank]);
+  a->set_auth_salt(job.auth_salt);
+  return first;
+}
+
+grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<Job>& job,
+                                          uint16_t rank, grpc::ServerContext* context,
+                                          grpc::ServerWriter<JobEvent>* writer) {
+  std::deque<JobEvent> outgoing{AssignmentEvent(*job, rank)};
   const std::string gone = "rank " + std::to_string(rank) +
                            " disconnected (its process exited or lost its control connection)";
   while (true) {
@@ -244,11 +229,13 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
       if (!job->departed[rank]) EndLocked(job, rank, gone);
       return grpc::Status(grpc::StatusCode::CANCELLED, "worker left");
     }
-    if (job->end_at && std::chrono::steady_clock::now() >= *job->end_at) {
+    const auto now = std::chrono::steady_clock::now();
+    if (job->end_at && now >= *job->end_at) {
       EndLocked(job, job->end_rank, job->end_at_reason);
       continue;  // deliver this rank's own event
     }
-    changed_.wait_for(lock, 50ms);
+    changed_.wait_until(
+        lock, job->end_at ? std::min(*job->end_at, now + kCancelPoll) : now + kCancelPoll);
   }
 }
 
@@ -292,11 +279,8 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   if (job->ended) return;
   job->ended = true;
   job->end_reason = reason;
-  if (external_ != nullptr && job->assignment) external_->Remove(job->assignment->id);
-  ForEachShard([&](DataThread& shard) {
-    if (job->assignment) shard.RemoveAddresses(job->assignment->id);
-    (void)shard.registry().End(job->name);
-  });
+  if (job->assignment) target_->Remove(job->assignment->id);
+  (void)registry_.End(job->name);  // NotFound: a job refused at its first rank
   for (size_t r = 0; r < job->events.size(); ++r) {
     if (int(r) == lost_rank) continue;
     JobEvent e;
@@ -320,43 +304,27 @@ void ControlService::EndAll(const std::string& reason) {
 control::v1::StatsReply ControlService::CollectStats() {
   control::v1::StatsReply reply;
   std::lock_guard lock(mu_);
-  if (external_ != nullptr) {
-    // The P4 switch counts for all jobs together; its per-job counters
-    // below stay zero.
-    auto counters = external_->Counters();
-    if (counters.ok()) {
-      FillCounters(counters.value(), reply.mutable_total());
-    } else {
-      spdlog::warn("reading the P4 switch's counters: {}", counters.status().message());
-    }
+  std::vector<JobId> ids;
+  for (const auto& [name, job] : jobs_) {
+    if (job->assignment) ids.push_back(job->assignment->id);
   }
-  DataPlaneCounters total;
-  std::map<uint32_t, DataPlaneCounters> per_job;
-  uint64_t packets_sent = 0, send_errors = 0;
-  uint32_t pool_slots = 0, free_slots = 0;
-  ForEachShard([&](DataThread& shard) {
-    const DataPlane& dp = shard.data_plane();
-    Accumulate(total, dp.counters());
-    for (const auto& [name, job] : jobs_) {
-      if (job->assignment)
-        Accumulate(per_job[job->assignment->id.value()], dp.JobCounters(job->assignment->id));
-    }
-    const transport::EndpointCounters io = shard.endpoint_counters();
-    packets_sent += io.sent;
-    send_errors += io.send_dropped;
-    pool_slots = dp.config().pool_slots;  // every shard holds the whole pool
-    free_slots = shard.registry().free_slots();
-  });
-  if (external_ == nullptr) FillCounters(total, reply.mutable_total());
+  auto counters = target_->Counters(ids);
+  if (!counters.ok()) {
+    spdlog::warn("reading the {} data plane's counters: {}", target_->name(),
+                 counters.status().message());
+    counters = TargetCounters{};
+  }
+  const TargetCounters& c = counters.value();
+  FillCounters(c.total, reply.mutable_total());
   for (int e = 1; e < kNumDecodeErrors; ++e) {
-    if (uint64_t n = total.decode_errors[e]) {
+    if (uint64_t n = c.total.decode_errors[e]) {
       (*reply.mutable_decode_errors())[DecodeErrorName(DecodeError(e))] = n;
     }
   }
-  reply.set_packets_sent(packets_sent);
-  reply.set_send_errors(send_errors);
-  reply.set_pool_slots(pool_slots);
-  reply.set_free_slots(free_slots);
+  reply.set_packets_sent(c.packets_sent);
+  reply.set_send_errors(c.send_errors);
+  reply.set_pool_slots(target_->limits().pool_slots);
+  reply.set_free_slots(registry_.free_slots());
   for (const auto& [name, job] : jobs_) {
     auto* j = reply.add_jobs();
     j->set_job_name(name);
@@ -369,7 +337,9 @@ control::v1::StatsReply ControlService::CollectStats() {
       j->set_job_id(job->assignment->id.value());
       j->set_pool_slots(job->assignment->pool_slots);
       j->set_result_multicast(!job->result_groups.empty());
-      FillCounters(per_job[job->assignment->id.value()], j->mutable_counters());
+      // A target that counts all jobs together (a P4 switch) leaves these zero.
+      const auto it = c.per_job.find(job->assignment->id.value());
+      FillCounters(it != c.per_job.end() ? it->second : DataPlaneCounters{}, j->mutable_counters());
     }
   }
   return reply;

@@ -1,35 +1,37 @@
-// The gRPC control service of the software switch (proto/switchml/control.proto).
+// The gRPC control service of the switch (proto/switchml/control.proto): the
+// one owner of every job's state. It keeps the job table (JobRegistry:
+// pools, ids) and, per job, the member addresses, the MAC key, the result
+// groups and each rank's event queue, and pushes each started job whole to
+// its data-plane target (data_plane_target.h).
+//
+// A Join runs parse -> admit -> start (the last rank installs the job) ->
+// barrier -> stream; each step is its own function below.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "switch/data_thread.h"
-#include "switch/external_data_plane.h"
+#include "switch/data_plane_target.h"
+#include "switch/join_request.h"
 #include "switchml/control.grpc.pb.h"
+#include "switchml/job_registry.h"
 
 namespace switchml {
 
 class ControlService final : public control::v1::Control::Service {
  public:
-  // `shards[s]` is the data thread listening on `data_ports[s]`; each holds
-  // every job (the same registrations in the same order give the same ids
-  // and segments everywhere), and serves the worker threads t with
-  // t % shards == s. With `external`, jobs are installed there (a P4
-  // switch) and workers send their data to it; the shards still allocate
-  // pools and job ids. With `result_ports` (one per shard, empty: none),
-  // jobs whose ranks all sit on loopback and accept it get their results by
-  // host-local multicast, to groups on those ports.
-  ControlService(std::vector<DataThread*> shards, std::vector<uint16_t> data_ports,
-                 ExternalDataPlane* external = nullptr, std::vector<uint16_t> result_ports = {});
+  // Jobs run on `target`, which must outlive the service. With
+  // `result_multicast`, jobs whose ranks all sit on loopback and accept it
+  // get their results by host-local multicast where the target has groups.
+  explicit ControlService(DataPlaneTarget* target, bool result_multicast = true);
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -49,7 +51,7 @@ class ControlService final : public control::v1::Control::Service {
     uint16_t world_size = 0;
     uint16_t threads = 0;
     std::vector<std::vector<sockaddr_in>> addresses;  // per rank, per thread
-    std::optional<JobAssignment> assignment;
+    std::optional<JobAssignment> assignment;          // set once installed
     bool ended = false;
     std::string end_reason;
     std::vector<std::deque<control::v1::JobEvent>> events;  // per rank
@@ -67,19 +69,33 @@ class ControlService final : public control::v1::Control::Service {
     int end_rank = -1;
     std::string end_at_reason;
   };
+  using Lock = std::unique_lock<std::mutex>;
 
-  // Ends `job` (under mu_): frees it in the data plane, tells the other ranks.
+  // Admits one rank into its job (creating the job for the first): checks it
+  // against the job's other ranks and registers it. A refusal of a job that
+  // waits at its barrier ends it, so the other ranks fail at once.
+  StatusOr<std::shared_ptr<Job>> AdmitLocked(const ParsedJoin& join);
+  // Once every rank is in: installs the job on the target and wakes the
+  // barrier. On failure the job ends, naming the cause.
+  Status StartLocked(Job& job, const JobAssignment& assignment);
+  // Waits until the job started, ended, its deadline passed or the caller left.
+  grpc::Status AwaitStartLocked(Lock& lock, const std::shared_ptr<Job>& job, uint16_t rank,
+                                std::chrono::milliseconds timeout, grpc::ServerContext* context);
+  // The rank's first event: where to send, and with which settings.
+  control::v1::JobEvent AssignmentEvent(const Job& job, uint16_t rank) const;
+  // Streams the rank's events until the job ends or the worker goes away.
+  grpc::Status StreamLocked(Lock& lock, const std::shared_ptr<Job>& job, uint16_t rank,
+                            grpc::ServerContext* context,
+                            grpc::ServerWriter<control::v1::JobEvent>* writer);
+
+  // Ends `job`: removes it from the target and the registry, tells the other ranks.
   void EndLocked(const std::shared_ptr<Job>& job, int lost_rank, const std::string& reason);
 
-  // Runs `fn(shard)` on each data thread in turn.
-  void ForEachShard(const std::function<void(DataThread&)>& fn);
-
-  std::vector<DataThread*> shards_;
-  std::vector<uint16_t> data_ports_;
-  ExternalDataPlane* external_;
-  std::vector<uint16_t> result_ports_;
+  DataPlaneTarget* target_;
+  const bool result_multicast_;
   std::mutex mu_;
   std::condition_variable changed_;
+  JobRegistry registry_;                              // guarded by mu_
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   std::mt19937_64 token_source_;                      // guarded by mu_
 };

@@ -1,6 +1,7 @@
 #include "switch/data_thread.h"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -32,7 +33,6 @@ transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& co
 DataThread::DataThread(const DataPlaneConfig& config, std::unique_ptr<transport::Endpoint> endpoint,
                        uint16_t shard, uint16_t shards, std::chrono::microseconds busy_poll)
     : data_plane_(config),
-      registry_(&data_plane_),
       handler_(&data_plane_, shard, shards),
       poller_(busy_poll),
       endpoint_(std::move(endpoint)),
@@ -76,6 +76,44 @@ void DataThread::Execute(const std::function<void()>& fn) {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
   done.get_future().wait();
+}
+
+Status DataThread::InstallJob(const JobRegistration& job, uint16_t threads,
+                              std::vector<sockaddr_in> addresses,
+                              const std::optional<net::PacketAuthenticator>& auth,
+                              std::vector<sockaddr_in> result_groups) {
+  Status status;
+  Execute([&] {
+    status = data_plane_.RegisterJob(job);
+    if (status.ok()) {
+      handler_.Install(job.id, job.world_size, job.pool_slots, threads, std::move(addresses), auth,
+                       std::move(result_groups));
+    }
+  });
+  return status;
+}
+
+void DataThread::RemoveJob(JobId id) {
+  Execute([&] {
+    handler_.Remove(id);
+    if (data_plane_.HasJob(id)) (void)data_plane_.UnregisterJob(id);
+  });
+}
+
+DataThread::Counters DataThread::ReadCounters(const std::vector<JobId>& jobs) {
+  Counters c;
+  Execute([&] {
+    c.total = data_plane_.counters();
+    for (JobId id : jobs) c.per_job.push_back(data_plane_.JobCounters(id));
+    c.io = endpoint_->counters();
+  });
+  return c;
+}
+
+clockid_t DataThread::cpu_clock() {
+  clockid_t clock = CLOCK_THREAD_CPUTIME_ID;
+  pthread_getcpuclockid(thread_.native_handle(), &clock);
+  return clock;
 }
 
 void DataThread::RunCommands() {

@@ -2,13 +2,14 @@
 // checks each sender against the job's registered addresses, runs the data
 // plane, and sends results.
 //
-// It owns the DataPlane, the JobRegistry and the PacketHandler (the address
-// books). Other threads touch them only through Execute(), which runs a
-// function on the data thread between packet batches, so the packet path
-// takes no lock.
+// It owns only what packets need: the DataPlane and the PacketHandler (the
+// address books). Jobs are allocated by the control plane and arrive whole
+// (InstallJob); every call from another thread runs on the data thread
+// between packet batches, so the packet path takes no lock.
 #pragma once
 
 #include <netinet/in.h>
+#include <time.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,7 +24,6 @@
 #include "net/packet_auth.h"
 #include "switch/packet_handler.h"
 #include "switchml/data_plane.h"
-#include "switchml/job_registry.h"
 #include "transport/transport.h"
 
 namespace switchml {
@@ -48,27 +48,31 @@ class DataThread : private ReplySink {
   void Start();
   void Stop();
 
-  // Runs `fn` on the data thread (or inline once stopped) and waits for it.
-  void Execute(const std::function<void()>& fn);
+  // Registers `job` in the data plane, then its address book: addresses
+  // [rank * threads + t] is rank's socket for thread t (PacketHandler::Install).
+  Status InstallJob(const JobRegistration& job, uint16_t threads,
+                    std::vector<sockaddr_in> addresses,
+                    const std::optional<net::PacketAuthenticator>& auth,
+                    std::vector<sockaddr_in> result_groups = {});
+  // Removes the address book, then the job (unknown ids are ignored).
+  void RemoveJob(JobId id);
 
-  // Data-thread only (call inside Execute).
-  DataPlane& data_plane() { return data_plane_; }
-  JobRegistry& registry() { return registry_; }
-  // Installs or removes job `id`'s address book (PacketHandler::Install).
-  void InstallAddresses(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
-                        std::vector<sockaddr_in> addresses,
-                        const std::optional<net::PacketAuthenticator>& auth,
-                        std::vector<sockaddr_in> result_groups = {}) {
-    handler_.Install(id, world_size, pool_slots, threads, std::move(addresses), auth,
-                     std::move(result_groups));
-  }
-  void RemoveAddresses(JobId id) { handler_.Remove(id); }
+  struct Counters {
+    DataPlaneCounters total;
+    std::vector<DataPlaneCounters> per_job;  // one per asked id
+    transport::EndpointCounters io;
+  };
+  Counters ReadCounters(const std::vector<JobId>& jobs);
+
+  const DataPlaneConfig& config() const { return data_plane_.config(); }
   // What the transport granted: "segmentation and coalescing", ..., or "off".
   std::string offload() const { return endpoint_->offload(); }
-  // The endpoint's counters. Data-thread only (call inside Execute).
-  transport::EndpointCounters endpoint_counters() const { return endpoint_->counters(); }
+  // The data thread's CPU clock (for benchmarks). REQUIRES: Start()ed.
+  clockid_t cpu_clock();
 
  private:
+  // Runs `fn` on the data thread (or inline once stopped) and waits for it.
+  void Execute(const std::function<void()>& fn);
   void Run();
   void RunCommands();
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
@@ -76,7 +80,6 @@ class DataThread : private ReplySink {
   }
 
   DataPlane data_plane_;
-  JobRegistry registry_;
   PacketHandler handler_;
   net::BusyPoller poller_;
   std::unique_ptr<transport::Endpoint> endpoint_;

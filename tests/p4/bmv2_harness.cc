@@ -130,7 +130,7 @@ std::unique_ptr<Bmv2Harness> Bmv2Harness::Start(std::string* error) {
     h->sockets_[size_t(i)] = s;
   }
 
-  Bmv2Config config;
+  bmv2::Bmv2Config config;
   config.switch_ip = inet_ntoa(SwitchEndpoint().ip);
   config.switch_mac = MacText(SwitchEndpoint().mac);
   auto hosts = bmv2::ParseHosts(hosts_toml, "test hosts");

@@ -68,7 +68,8 @@ class Bmv2Scenario : public ::testing::Test {
     const JobId id(next_job_++);
     std::vector<std::vector<sockaddr_in>> addresses;
     for (int r = 0; r < world; ++r) addresses.push_back({Socket(r)});
-    const Status s = h().plane().Install(JobAssignment{id, world, kK, slots, pool_base}, addresses);
+    const Status s = h().plane().Install(
+        JobInstall{JobAssignment{id, world, kK, slots, pool_base}, 1, addresses, {}, {}});
     EXPECT_TRUE(s.ok()) << s.ToString();
     jobs_.push_back(id);
     return id;
@@ -167,9 +168,9 @@ class Bmv2Scenario : public ::testing::Test {
   }
 
   DataPlaneCounters Counters() {
-    auto c = h().plane().Counters();
+    auto c = h().plane().Counters({});
     EXPECT_TRUE(c.ok()) << c.status().ToString();
-    return c.ok() ? c.value() : DataPlaneCounters{};
+    return c.ok() ? c.value().total : DataPlaneCounters{};
   }
 
   static inline Bmv2Harness* harness_ = nullptr;

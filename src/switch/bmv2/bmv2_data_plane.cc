@@ -127,7 +127,31 @@ StatusOr<uint64_t> ParseCounterPackets(const std::string& answer) {
   return FindNumber(answer, pattern, 2, "counter");
 }
 
+Status Validate(const Bmv2Config& config) {
+  in_addr ip{};
+  if (inet_pton(AF_INET, config.switch_ip.c_str(), &ip) != 1) {
+    return InvalidArgument("bmv2 switch ip '" + config.switch_ip +
+                           "' is not a numeric IPv4 address (set --bmv2-switch-ip)");
+  }
+  if (!IsMac(config.switch_mac)) {
+    return InvalidArgument(
+        "bmv2 switch mac '" + config.switch_mac +
+        "' is not a MAC address (set --bmv2-switch-mac, e.g. 02:00:00:00:00:fe)");
+  }
+  if (config.cli.empty()) return InvalidArgument("the bmv2 runtime CLI command is empty");
+  DataPlaneConfig program;  // what the compiled program must fit
+  program.pool_slots = config.pool_slots;
+  program.max_elements_per_packet = config.elements_per_packet;
+  if (Status s = program.Validate(); !s.ok()) {
+    return InvalidArgument("bmv2 program (--bmv2-pool-slots " + std::to_string(config.pool_slots) +
+                           ", --bmv2-elements-per-packet " +
+                           std::to_string(config.elements_per_packet) + "): " + s.message());
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config) {
+  if (Status s = Validate(config); !s.ok()) return s;
   auto hosts = LoadHosts(config.hosts_file);
   if (!hosts.ok()) return hosts.status();
   std::vector<std::string> argv = config.cli;
@@ -141,16 +165,7 @@ StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config) {
 StatusOr<std::unique_ptr<Bmv2DataPlane>> Bmv2DataPlane::Create(const Bmv2Config& config,
                                                                std::vector<Host> hosts,
                                                                std::unique_ptr<CommandRunner> cli) {
-  in_addr ip{};
-  if (inet_pton(AF_INET, config.switch_ip.c_str(), &ip) != 1) {
-    return InvalidArgument("bmv2 switch ip '" + config.switch_ip +
-                           "' is not a numeric IPv4 address (set --bmv2-switch-ip)");
-  }
-  if (!IsMac(config.switch_mac)) {
-    return InvalidArgument(
-        "bmv2 switch mac '" + config.switch_mac +
-        "' is not a MAC address (set --bmv2-switch-mac, e.g. 02:00:00:00:00:fe)");
-  }
+  if (Status s = Validate(config); !s.ok()) return s;
   std::unique_ptr<Bmv2DataPlane> plane(new Bmv2DataPlane(config, std::move(hosts), std::move(cli)));
   if (Status s = plane->Setup(); !s.ok()) return s;
   return plane;
@@ -165,6 +180,15 @@ Bmv2DataPlane::Bmv2DataPlane(const Bmv2Config& config, std::vector<Host> hosts,
       replica_used_(65536, false) {}
 
 std::string Bmv2DataPlane::data_address() const { return config_.switch_ip; }
+
+DataPlaneConfig Bmv2DataPlane::limits() const {
+  DataPlaneConfig limits;
+  limits.pool_slots = config_.pool_slots;
+  limits.max_elements_per_packet = config_.elements_per_packet;
+  limits.max_workers = kMaxWorkers;
+  limits.max_jobs = kMaxJobs;
+  return limits;
+}
 
 StatusOr<uint32_t> Bmv2DataPlane::AddEntry(const std::string& table, const std::string& action,
                                            const std::string& keys, const std::string& params,
@@ -256,8 +280,9 @@ const Host* Bmv2DataPlane::FindHost(in_addr ip) const {
   return nullptr;
 }
 
-Status Bmv2DataPlane::Install(const JobAssignment& job,
-                              const std::vector<std::vector<sockaddr_in>>& addresses) {
+Status Bmv2DataPlane::Install(const JobInstall& install) {
+  const JobAssignment& job = install.assignment;
+  const std::vector<std::vector<sockaddr_in>>& addresses = install.addresses;
   const uint32_t id = job.id.value();
   const std::string job_key = std::to_string(id);
   Installed installed;
@@ -349,8 +374,9 @@ void Bmv2DataPlane::Remove(JobId id) {
   jobs_.erase(it);
 }
 
-StatusOr<DataPlaneCounters> Bmv2DataPlane::Counters() {
-  DataPlaneCounters c;
+StatusOr<TargetCounters> Bmv2DataPlane::Counters(const std::vector<JobId>&) {
+  TargetCounters counters;
+  DataPlaneCounters& c = counters.total;
   auto read = [&](const char* counter, int index) -> StatusOr<uint64_t> {
     auto answer = cli_->Run(std::string("counter_read ") + counter + " " + std::to_string(index));
     if (!answer.ok()) return answer.status();
@@ -370,7 +396,7 @@ StatusOr<DataPlaneCounters> Bmv2DataPlane::Counters() {
     if (!value.ok()) return value.status();
     c.drops[size_t(reason)] = value.value();
   }
-  return c;
+  return counters;
 }
 
 }  // namespace switchml::bmv2

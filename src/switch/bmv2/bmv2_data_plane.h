@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "switch/bmv2/bmv2_config.h"
 #include "switch/bmv2/runtime_cli.h"
-#include "switch/external_data_plane.h"
-#include "switchml/switch_server.h"
+#include "switch/data_plane_target.h"
 
 namespace switchml::bmv2 {
 
@@ -37,25 +37,32 @@ struct Host {
 StatusOr<std::vector<Host>> LoadHosts(const std::string& path);
 StatusOr<std::vector<Host>> ParseHosts(const std::string& toml_text, const std::string& origin);
 
-class Bmv2DataPlane final : public ExternalDataPlane {
+class Bmv2DataPlane final : public DataPlaneTarget {
  public:
   // Resets the switch behind `cli` and installs the fixed entries.
   static StatusOr<std::unique_ptr<Bmv2DataPlane>> Create(const Bmv2Config& config,
                                                          std::vector<Host> hosts,
                                                          std::unique_ptr<CommandRunner> cli);
 
+  std::string name() const override { return "bmv2"; }
+  // The program's pool and packet size, its largest world size and job table.
+  DataPlaneConfig limits() const override;
   std::string data_address() const override;
-  uint16_t data_port() const override { return kUdpPort; }
+  std::vector<uint16_t> data_ports() const override { return {kUdpPort}; }
   Status CheckJoin(const ParsedJoin& join) const override;
-  Status Install(const JobAssignment& job,
-                 const std::vector<std::vector<sockaddr_in>>& addresses) override;
+  // Ignores job.auth (CheckJoin refuses keys) and job.result_groups (the
+  // program multicasts results itself).
+  Status Install(const JobInstall& job) override;
   void Remove(JobId id) override;
-  StatusOr<DataPlaneCounters> Counters() override;
+  // The program counts all jobs together: no per-job counters.
+  StatusOr<TargetCounters> Counters(const std::vector<JobId>& jobs) override;
 
   // SWITCHML_UDP_PORT_BASE of p4/common/constants.p4.
   static constexpr uint16_t kUdpPort = 0xBEE0;
   // At most 32 ranks: a slot's seen-bitmap is one 32-bit register.
   static constexpr uint16_t kMaxWorkers = 32;
+  // SWITCHML_MAX_JOBS: the size of the program's job table.
+  static constexpr uint16_t kMaxJobs = 64;
   static constexpr uint16_t kFloodGroup = 1;
   // Indexes of the program's switchml_events counter (EVENT_* of
   // p4/common/constants.p4): the fields of DataPlaneCounters.
@@ -86,7 +93,9 @@ class Bmv2DataPlane final : public ExternalDataPlane {
   std::vector<bool> replica_used_;      // replica ids (index = id)
 };
 
-// Loads the hosts file, starts the runtime CLI and Create()s.
+// Checks everything in `config` that can be checked without the switch.
+Status Validate(const Bmv2Config& config);
+// Validate()s, loads the hosts file, starts the runtime CLI and Create()s.
 StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config);
 
 // Parses the handle out of "... added with handle 7" / "... with handle 7".

@@ -1,0 +1,211 @@
+// The switch's control plane over a data-plane target: one owner of each
+// job's record pushes started jobs whole to the target (here one that
+// records what it gets), and the software target fans a job out to its
+// shards in one step.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "net/address.h"
+#include "switch/data_plane_target.h"
+#include "switch/software_target.h"
+#include "switchml/control.grpc.pb.h"
+#include "switchml/switch_server.h"
+#include "switchml/wire_format.h"
+#include "transport/sim/sim_fabric.h"
+
+namespace switchml {
+namespace {
+
+class RecordingTarget final : public DataPlaneTarget {
+ public:
+  struct Log {
+    std::mutex mu;
+    std::vector<JobInstall> installs;
+    std::vector<JobId> removes;
+    Status install_result = Status::Ok();
+  };
+  explicit RecordingTarget(std::shared_ptr<Log> log) : log_(std::move(log)) {}
+
+  std::string name() const override { return "recording"; }
+  DataPlaneConfig limits() const override {
+    DataPlaneConfig c;
+    c.pool_slots = 64;
+    c.max_elements_per_packet = 256;
+    c.max_workers = 8;
+    c.max_jobs = 4;
+    return c;
+  }
+  std::string data_address() const override { return "10.0.0.9"; }
+  std::vector<uint16_t> data_ports() const override { return {4242}; }
+  Status Install(const JobInstall& job) override {
+    std::lock_guard lock(log_->mu);
+    if (!log_->install_result.ok()) return log_->install_result;
+    log_->installs.push_back(job);
+    return Status::Ok();
+  }
+  void Remove(JobId id) override {
+    std::lock_guard lock(log_->mu);
+    log_->removes.push_back(id);
+  }
+  StatusOr<TargetCounters> Counters(const std::vector<JobId>&) override { return TargetCounters{}; }
+
+ private:
+  std::shared_ptr<Log> log_;
+};
+
+SwitchConfig ControlOnlyConfig() {
+  SwitchConfig config;
+  config.bind_address = "127.0.0.1";
+  config.control_port = 0;
+  return config;
+}
+
+control::v1::JoinRequest Join(uint32_t rank, uint32_t world, uint32_t threads) {
+  control::v1::JoinRequest join;
+  join.set_protocol_version(kWireVersion);
+  join.set_job_name("j");
+  join.set_rank(rank);
+  join.set_world_size(world);
+  for (uint32_t t = 0; t < threads; ++t) {
+    join.add_data_addresses("127.0.0.1:" + std::to_string(5000 + 10 * rank + t));
+  }
+  join.set_elements_per_packet(256);
+  join.set_pool_slots(32);
+  join.set_join_timeout_ms(10000);
+  return join;
+}
+
+// Joins ranks 0..world-1 at once; each rank's first event (or its error).
+struct Joined {
+  std::vector<control::v1::JobEvent> first;
+  std::vector<grpc::Status> status;
+};
+Joined JoinAll(uint16_t control_port, uint32_t world, uint32_t threads,
+               std::vector<std::unique_ptr<grpc::ClientContext>>* contexts) {
+  auto stub = control::v1::Control::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(control_port), grpc::InsecureChannelCredentials()));
+  Joined joined;
+  joined.first.resize(world);
+  joined.status.resize(world);
+  contexts->resize(world);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < world; ++r) {
+    (*contexts)[r] = std::make_unique<grpc::ClientContext>();
+    ranks.emplace_back([&, r] {
+      auto reader = stub->Join((*contexts)[r].get(), Join(r, world, threads));
+      if (!reader->Read(&joined.first[r])) joined.status[r] = reader->Finish();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return joined;
+}
+
+TEST(ControlPlane, PushesEachStartedJobWholeToItsTarget) {
+  auto log = std::make_shared<RecordingTarget::Log>();
+  auto sw = SwitchServer::Start(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  const Joined joined = JoinAll(sw.value()->control_port(), 2, 2, &contexts);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(joined.first[r].has_assignment()) << joined.status[r].error_message();
+    EXPECT_EQ(joined.first[r].assignment().data_address(), "10.0.0.9");
+    EXPECT_EQ(joined.first[r].assignment().data_port(), 4242u);
+  }
+  {
+    std::lock_guard lock(log->mu);
+    ASSERT_EQ(log->installs.size(), 1u);
+    const JobInstall& job = log->installs[0];
+    EXPECT_EQ(job.assignment.id.value(), joined.first[0].assignment().job_id());
+    EXPECT_EQ(job.threads, 2);
+    ASSERT_EQ(job.addresses.size(), 2u);
+    for (uint32_t r = 0; r < 2; ++r) {
+      ASSERT_EQ(job.addresses[r].size(), 2u);
+      for (uint32_t t = 0; t < 2; ++t) {
+        EXPECT_EQ(net::FormatAddress(job.addresses[r][t]),
+                  "127.0.0.1:" + std::to_string(5000 + 10 * r + t));
+      }
+    }
+    EXPECT_FALSE(job.auth.has_value());
+    EXPECT_TRUE(job.result_groups.empty());  // this target has none
+  }
+  // The pool is the target's, not the software data plane's.
+  const std::string stats = sw.value()->PrometheusText();
+  EXPECT_NE(stats.find("switchml_pool_slots 64"), std::string::npos) << stats;
+  EXPECT_NE(stats.find("switchml_pool_free_slots 32"), std::string::npos) << stats;
+  sw.value()->Stop();
+  std::lock_guard lock(log->mu);
+  ASSERT_EQ(log->removes.size(), 1u);
+  EXPECT_EQ(log->removes[0], log->installs[0].assignment.id);
+}
+
+TEST(ControlPlane, AFailedInstallFailsEveryRankAndFreesThePool) {
+  auto log = std::make_shared<RecordingTarget::Log>();
+  log->install_result = Status(StatusCode::kResourceExhausted, "the recording target is full");
+  auto sw = SwitchServer::Start(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  const Joined joined = JoinAll(sw.value()->control_port(), 2, 1, &contexts);
+  for (uint32_t r = 0; r < 2; ++r) {
+    // The installing rank gets the target's error, the waiting one the end
+    // of its job naming it.
+    const std::string what = joined.first[r].has_rank_lost() ? joined.first[r].rank_lost().reason()
+                                                             : joined.status[r].error_message();
+    EXPECT_NE(what.find("the recording target is full"), std::string::npos) << what;
+  }
+  const std::string stats = sw.value()->PrometheusText();
+  EXPECT_NE(stats.find("switchml_pool_free_slots 64"), std::string::npos) << stats;
+  std::lock_guard lock(log->mu);
+  EXPECT_TRUE(log->removes.empty());  // nothing was installed
+}
+
+TEST(ControlPlane, SoftwareSettingsAreRefusedWithAnotherTargetNamingTheField) {
+  auto log = std::make_shared<RecordingTarget::Log>();
+  SwitchConfig config = ControlOnlyConfig();
+  config.data_plane.pool_slots = 100;
+  auto sw = SwitchServer::Start(config, std::make_unique<RecordingTarget>(log));
+  ASSERT_FALSE(sw.ok());
+  EXPECT_EQ(sw.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sw.status().message().find("data_plane.pool_slots=100"), std::string::npos)
+      << sw.status().message();
+  config = ControlOnlyConfig();
+  config.data_threads = 2;
+  EXPECT_NE(config.ValidateWithoutSoftwareDataPlane().message().find("data_threads=2"),
+            std::string::npos);
+  EXPECT_TRUE(ControlOnlyConfig().ValidateWithoutSoftwareDataPlane().ok());
+}
+
+TEST(SoftwareTarget, InstallsAJobInEveryShardAndRemovesItEverywhere) {
+  auto fabric = transport::sim::SimFabric::Create({});
+  SwitchConfig config = ControlOnlyConfig();
+  config.data_threads = 3;
+  config.data_port = 0;
+  config.data_plane.pool_slots = 64;
+  auto target = SoftwareTarget::Open(config, *fabric);
+  ASSERT_TRUE(target.ok()) << target.status().ToString();
+  SoftwareTarget& software = *target.value();
+  EXPECT_EQ(software.data_ports().size(), 3u);
+  software.Start();
+  JobInstall job;
+  job.assignment = JobAssignment{JobId(7), 2, 256, 16, 8};
+  job.threads = 1;
+  job.addresses = {{net::ParseAddress("127.0.0.1", 5000).value()},
+                   {net::ParseAddress("127.0.0.1", 5001).value()}};
+  ASSERT_TRUE(software.Install(job).ok());
+  // A second job on the same table entry cannot be installed anywhere.
+  JobInstall clash = job;
+  clash.assignment.id = JobId(7 + config.data_plane.max_jobs);
+  EXPECT_FALSE(software.Install(clash).ok());
+  auto counters = software.Counters({JobId(7)});
+  ASSERT_TRUE(counters.ok());
+  EXPECT_EQ(counters.value().per_job.count(7), 1u);
+  software.Remove(JobId(7));
+  // Removed from every shard: the entry is free again in all of them.
+  EXPECT_TRUE(software.Install(clash).ok());
+  software.Stop();
+}
+
+}  // namespace
+}  // namespace switchml
