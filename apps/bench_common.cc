@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 extern char** environ;
 

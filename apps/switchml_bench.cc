@@ -18,8 +18,8 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "quantize/quantize.h"
 #include "switchml/context.h"
-#include "switchml/quantize.h"
 #include "switchml/version.h"
 
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bench_common.h"
-#include "switchml/quantize.h"
-#include "switchml/sim_cluster.h"
+#include "quantize/quantize.h"
+#include "sim/sim_cluster.h"
 #include "switchml/version.h"
 
 int main(int argc, char** argv) {

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "quantize/kernels.h"
-#include "switchml/data_plane.h"
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 namespace {
 

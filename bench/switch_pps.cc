@@ -31,12 +31,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "control/job_registry.h"
 #include "switch/data_thread.h"
-#include "switchml/job_registry.h"
 #include "switchml/version.h"
-#include "switchml/wire_format.h"
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
+#include "wire/wire_format.h"
 
 namespace {
 

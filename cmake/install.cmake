@@ -1,41 +1,55 @@
 # What `cmake --install` puts where, and how other projects find it:
-#   lib/libswitchml.so            the client library and the embeddable switch
+#   lib/libswitchml.so, .a        the client library and the embeddable switch
 #   include/switchml/*.h          the public headers (and the generated version.h)
 #   bin/switchml-*                the daemons and tools
-#   lib/cmake/switchml/           find_package(switchml): target switchml::switchml
-#   lib/pkgconfig/switchml.pc     pkg-config --cflags --libs switchml
+#   lib/cmake/switchml/           find_package(switchml): switchml::switchml (shared), and
+#                                 with COMPONENTS static: switchml::switchml_static
+#   lib/pkgconfig/switchml.pc     pkg-config --cflags --libs switchml (switchml-static)
 #   lib/python3/dist-packages/switchml_torch   the PyTorch backend (when built)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# One shared library made of the layers' objects (built position-independent
-# for the static libraries the tree links), so a consumer links one file and needs none of our
-# build's dependencies at compile time: the public headers use only the
-# standard library.
-add_library(switchml SHARED src/common/library.cc
+# One library made of the layers' objects (built position-independent for
+# the static libraries the tree links), shared and static, so a consumer
+# links one file. The shared one needs none of our build's dependencies at
+# compile or link time: the public headers use only the standard library.
+# The static one needs them at link time (find_package(switchml COMPONENTS
+# static) finds them; pkg-config: switchml-static).
+set(SWITCHML_OBJECTS src/common/library.cc
   $<TARGET_OBJECTS:switchml_core> $<TARGET_OBJECTS:switchml_transport> $<TARGET_OBJECTS:switchml_sim>
   $<TARGET_OBJECTS:switchml_rpc> $<TARGET_OBJECTS:switchml_switch>
   $<TARGET_OBJECTS:switchml_client> $<TARGET_OBJECTS:switchml_proto>)
-target_link_libraries(switchml PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
-  PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
-target_include_directories(switchml PRIVATE ${PROJECT_SOURCE_DIR}/src)
-target_include_directories(switchml PUBLIC
-  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
-  $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
-  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
-target_compile_features(switchml PUBLIC cxx_std_20)
+add_library(switchml SHARED ${SWITCHML_OBJECTS})
+add_library(switchml_static STATIC ${SWITCHML_OBJECTS})
+foreach(lib switchml switchml_static)
+  target_link_libraries(${lib} PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
+    PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
+  target_include_directories(${lib} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_include_directories(${lib} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${lib} PUBLIC cxx_std_20)
+endforeach()
 set_target_properties(switchml PROPERTIES
   VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR} EXPORT_NAME switchml)
+set_target_properties(switchml_static PROPERTIES OUTPUT_NAME switchml EXPORT_NAME switchml_static)
 add_library(switchml::switchml ALIAS switchml)
+add_library(switchml::switchml_static ALIAS switchml_static)
 
 install(TARGETS switchml EXPORT switchmlTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS switchml_static EXPORT switchmlStaticTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY include/switchml DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h")
 install(FILES ${PROJECT_BINARY_DIR}/include/switchml/version.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/switchml)
 install(EXPORT switchmlTargets NAMESPACE switchml::
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
+install(EXPORT switchmlStaticTargets NAMESPACE switchml::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
 configure_package_config_file(cmake/switchmlConfig.cmake.in
   ${PROJECT_BINARY_DIR}/switchmlConfig.cmake
@@ -48,7 +62,9 @@ install(FILES ${PROJECT_BINARY_DIR}/switchmlConfig.cmake
 # Relocatable: the prefix is where the .pc file lies, whatever --prefix said.
 file(RELATIVE_PATH SWITCHML_PC_TO_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
 configure_file(cmake/switchml.pc.in ${PROJECT_BINARY_DIR}/switchml.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/switchml.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(cmake/switchml-static.pc.in ${PROJECT_BINARY_DIR}/switchml-static.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/switchml.pc ${PROJECT_BINARY_DIR}/switchml-static.pc
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
 if(SWITCHML_BUILD_APPS)
   install(TARGETS switchml-switch switchml-ctl switchml-bench switchml-sim

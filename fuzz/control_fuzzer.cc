@@ -4,8 +4,8 @@
 // between, as the switch's Join handler does.
 #include <cstdlib>
 
+#include "control/job_registry.h"
 #include "switch/join_request.h"
-#include "switchml/job_registry.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace switchml;

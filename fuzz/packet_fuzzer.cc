@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "switch/packet_handler.h"
-#include "switchml/data_plane.h"
-#include "switchml/worker_engine.h"
+#include "worker/worker_engine.h"
 
 namespace {
 

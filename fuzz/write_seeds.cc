@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "switchml/control.pb.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 using namespace switchml;
 

@@ -10,14 +10,21 @@
 
 #include <cmath>
 #include <random>
+#include <type_traits>
 
 #include "net_test_util.h"
+#include "sim/sim_cluster.h"
 #include "switch/result_group.h"
-#include "switchml/sim_cluster.h"
 #include "transport/udp/udp_socket.h"
 
 namespace switchml {
 namespace {
+
+// Code written against 0.1 still compiles (with a deprecation warning).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static_assert(std::is_same_v<Job, Work>);
+#pragma GCC diagnostic pop
 
 using testing::Configs;
 using testing::ForEachRank;

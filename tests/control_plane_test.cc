@@ -13,8 +13,8 @@
 #include "switch/software_target.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
-#include "switchml/wire_format.h"
 #include "transport/sim/sim_fabric.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

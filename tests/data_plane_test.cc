@@ -1,4 +1,4 @@
-#include "switchml/data_plane.h"
+#include "dataplane/data_plane.h"
 
 #include <gtest/gtest.h>
 

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "switchml/data_plane.h"
-#include "switchml/worker_engine.h"
+#include "dataplane/data_plane.h"
+#include "worker/worker_engine.h"
 
 namespace switchml {
 namespace {

@@ -9,10 +9,10 @@
 #include <sstream>
 #include <string>
 
+#include "dataplane/data_plane.h"
+#include "quantize/quantize.h"
 #include "switch/bmv2/bmv2_data_plane.h"
-#include "switchml/data_plane.h"
-#include "switchml/quantize.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml::net {
 namespace {

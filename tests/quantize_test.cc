@@ -1,4 +1,4 @@
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "kernels_avx512_emulated.h"
 #include "quantize/kernels.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

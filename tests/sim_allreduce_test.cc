@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "switchml/sim_cluster.h"
+#include "sim/sim_cluster.h"
 
 namespace switchml {
 namespace {

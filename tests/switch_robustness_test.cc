@@ -15,7 +15,7 @@
 #include "net/packet_auth.h"
 #include "net_test_util.h"
 #include "switchml/control.grpc.pb.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "net_test_util.h"
-#include "switchml/sim_cluster.h"
+#include "sim/sim_cluster.h"
 #include "transport/sim/sim_fabric.h"
 #include "transport/udp/udp_transport.h"
 

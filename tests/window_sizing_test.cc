@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "switchml/sim_cluster.h"
-#include "switchml/window_sizer.h"
+#include "sim/sim_cluster.h"
+#include "worker/window_sizer.h"
 
 namespace switchml {
 namespace {

@@ -1,10 +1,10 @@
-#include "switchml/worker_engine.h"
+#include "worker/worker_engine.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "switchml/data_plane.h"
+#include "dataplane/data_plane.h"
 
 namespace switchml {
 namespace {

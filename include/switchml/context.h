@@ -2,14 +2,14 @@
 //
 //   auto ctx = switchml::Context::Start(config);       // joins the job (a barrier)
 //   if (!ctx.ok()) ...                                  // clear message, never a crash
-//   auto job = ctx.value()->AllReduceAsync(grad, grad, n, switchml::DType::kFloat32);
+//   auto work = ctx.value()->AllReduceAsync(grad, grad, n, switchml::DType::kFloat32);
 //   ... overlap other work ...
-//   switchml::Status s = job->Wait();                   // sum of all ranks' inputs in grad
+//   switchml::Status s = work->Wait();                  // sum of all ranks' inputs in grad
 //
 // Every rank must issue the same all-reduces in the same order, as with any
 // collective library. Operations run in submission order; several may be in
 // flight. A failure (a rank crashed, the switch went away, ranks disagree on
-// a length) fails the affected jobs with a message; after a failure other
+// a length) fails the affected operations with a message; after a failure other
 // than NaN/Inf input the Context cannot run more all-reduces: Stop it and
 // Start a new one (the switch has freed the job by then).
 //
@@ -33,9 +33,10 @@ namespace switchml {
 namespace transport {
 class Transport;  // src/transport/transport.h
 }
+class WorkerThread;  // src/client/worker_thread.h
 
-// The handle of one asynchronous all-reduce.
-class Job {
+// The handle of one asynchronous all-reduce (c10d calls its own Work, too).
+class Work {
  public:
   // Blocks until the all-reduce finished; returns its status.
   Status Wait();
@@ -46,20 +47,25 @@ class Job {
   Status status() const;
   // Runs `callback` with the final status once the all-reduce has finished:
   // at once if it already has, else on a Context I/O thread (keep it short;
-  // it must not wait for other jobs of the same Context).
+  // it must not wait for other operations of the same Context).
   void OnDone(std::function<void(const Status&)> callback);
 
-  // For the library: records the end of one of `parts` pieces.
-  explicit Job(int parts) : remaining_(parts) {}
+ private:
+  friend class Context;
+  friend class WorkerThread;
+  // An all-reduce of `parts` pieces (one per I/O thread); each ends once.
+  explicit Work(int parts) : remaining_(parts) {}
   void PartDone(const Status& status);
 
- private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int remaining_;
   Status status_;
   std::function<void(const Status&)> on_done_;
 };
+
+// The name of Work before version 0.2 (deprecated; removed in 0.3).
+using Job [[deprecated("switchml::Job is now switchml::Work")]] = Work;
 
 // Protocol counters summed over a Context's threads.
 struct ContextCounters {
@@ -88,9 +94,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   // Starts summing `count` elements of `in` across all ranks into `out` (the
-  // same buffer is fine). Both must stay valid until the job is done. Never
-  // blocks on the network; errors surface in the returned job.
-  std::shared_ptr<Job> AllReduceAsync(const void* in, void* out, size_t count, DType dtype);
+  // same buffer is fine). Both must stay valid until the work is done. Never
+  // blocks on the network; errors surface in the returned work.
+  std::shared_ptr<Work> AllReduceAsync(const void* in, void* out, size_t count, DType dtype);
   Status AllReduce(const void* in, void* out, size_t count, DType dtype) {
     return AllReduceAsync(in, out, count, dtype)->Wait();
   }
@@ -110,9 +116,8 @@ class Context {
   // "segmentation only" or "off" (udp_offload = false, or an old kernel).
   std::string offload() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit Context(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

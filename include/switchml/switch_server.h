@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "switchml/data_plane.h"
+#include "switchml/data_plane_config.h"
 #include "switchml/limits.h"
 #include "switchml/status.h"
 

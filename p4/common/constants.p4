@@ -38,7 +38,7 @@
 #define SWITCHML_UDP_PORT_BASE 16w0xBEE0
 #define SWITCHML_UDP_PORT_MASK 16w0xFFF0
 
-// The wire format (include/switchml/wire_format.h, docs/wire-format.md).
+// The wire format (src/wire/wire_format.h, docs/wire-format.md).
 #define SWITCHML_MAGIC 16w0x534D
 #define SWITCHML_WIRE_VERSION 8w1
 #define SWITCHML_TYPE_CONTRIBUTION 8w1

@@ -1,5 +1,5 @@
 // Packet headers of the switchml P4 programs (shared by v1model and TNA).
-// The switchml header mirrors include/switchml/wire_format.h field by field.
+// The switchml header mirrors src/wire/wire_format.h field by field.
 #ifndef SWITCHML_COMMON_HEADERS_P4_
 #define SWITCHML_COMMON_HEADERS_P4_
 

@@ -10,7 +10,7 @@
 namespace switchml::torch_backend {
 namespace {
 
-// A Work whose completion comes from a switchml Job; its Future carries the
+// A c10d Work whose completion comes from a switchml::Work; its Future carries the
 // output tensors (what DDP's communication hooks expect).
 class SwitchMLWork : public c10d::Work {
  public:
@@ -95,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t c
                                                             c10d::OpType type,
                                                             std::function<void()> done) {
   auto work = c10::make_intrusive<SwitchMLWork>(std::move(outputs), type);
-  std::shared_ptr<Job> job = context_->AllReduceAsync(data, data, count, dtype);
+  std::shared_ptr<Work> job = context_->AllReduceAsync(data, data, count, dtype);
   job->OnDone([work, done = std::move(done)](const Status& status) {
     if (status.ok() && done) done();
     work->Complete(status);

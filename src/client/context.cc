@@ -12,14 +12,14 @@
 #include "net/packet_auth.h"
 #include "rpc/grpc_status.h"
 #include "switchml/control.grpc.pb.h"
-#include "switchml/wire_format.h"
 #include "transport/transport.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 
-// ---- Job ----
+// ---- Work ----
 
-void Job::PartDone(const Status& status) {
+void Work::PartDone(const Status& status) {
   std::function<void(const Status&)> callback;
   Status final_status;
   {
@@ -33,7 +33,7 @@ void Job::PartDone(const Status& status) {
   if (callback) callback(final_status);
 }
 
-void Job::OnDone(std::function<void(const Status&)> callback) {
+void Work::OnDone(std::function<void(const Status&)> callback) {
   Status final_status;
   {
     std::lock_guard lock(mu_);
@@ -46,23 +46,23 @@ void Job::OnDone(std::function<void(const Status&)> callback) {
   callback(final_status);
 }
 
-Status Job::Wait() {
+Status Work::Wait() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return remaining_ <= 0; });
   return status_;
 }
 
-bool Job::WaitFor(std::chrono::milliseconds timeout) {
+bool Work::WaitFor(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   return cv_.wait_for(lock, timeout, [&] { return remaining_ <= 0; });
 }
 
-bool Job::done() const {
+bool Work::done() const {
   std::lock_guard lock(mu_);
   return remaining_ <= 0;
 }
 
-Status Job::status() const {
+Status Work::status() const {
   std::lock_guard lock(mu_);
   return status_;
 }
@@ -343,9 +343,10 @@ void Context::Stop() {
   });
 }
 
-std::shared_ptr<Job> Context::AllReduceAsync(const void* in, void* out, size_t count, DType dtype) {
+std::shared_ptr<Work> Context::AllReduceAsync(const void* in, void* out, size_t count,
+                                              DType dtype) {
   auto& workers = impl_->workers;
-  auto job = std::make_shared<Job>(int(workers.size()));
+  auto job = std::shared_ptr<Work>(new Work(int(workers.size())));
   // Split the tensor into one contiguous slice of whole chunks per thread;
   // every rank splits identically, so slice t meets slice t of every rank.
   const size_t k = impl_->config.elements_per_packet;  // the assigned value

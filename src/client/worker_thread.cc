@@ -8,7 +8,7 @@
 #include <cassert>
 #include <chrono>
 
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {
@@ -96,7 +96,7 @@ void WorkerThread::Stop() {
 }
 
 void WorkerThread::Submit(const void* in, void* out, size_t count, DType dtype,
-                          std::shared_ptr<Job> job) {
+                          std::shared_ptr<Work> job) {
   {
     std::lock_guard lock(mu_);
     requests_.push_back({in, out, count, dtype, std::move(job)});
@@ -126,7 +126,7 @@ void WorkerThread::DrainMailbox() {
       r.job->PartDone(failure);
       continue;
     }
-    std::shared_ptr<Job> job = r.job;
+    std::shared_ptr<Work> job = r.job;
     auto id = engine_.Submit(r.in, r.out, r.count, r.dtype, [this, job](OpId, const Status& s) {
       PublishCounters();  // a waiter then sees this op's counts
       job->PartDone(s);

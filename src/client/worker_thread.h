@@ -14,8 +14,8 @@
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
 #include "switchml/context.h"
-#include "switchml/worker_engine.h"
 #include "transport/transport.h"
+#include "worker/worker_engine.h"
 
 namespace switchml {
 
@@ -40,7 +40,7 @@ class WorkerThread {
   void Stop();
 
   // Queues an all-reduce of this thread's slice; `job` hears of its end.
-  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<Job> job);
+  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<Work> job);
   // Fails the running and queued operations and every later one.
   void Fail(const Status& status);
 
@@ -56,7 +56,7 @@ class WorkerThread {
     void* out;
     size_t count;
     DType dtype;
-    std::shared_ptr<Job> job;
+    std::shared_ptr<Work> job;
   };
   class BatchSink;
   void Run();

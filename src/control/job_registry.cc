@@ -1,4 +1,4 @@
-#include "switchml/job_registry.h"
+#include "control/job_registry.h"
 
 #include <algorithm>
 

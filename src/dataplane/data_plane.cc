@@ -1,9 +1,9 @@
-#include "switchml/data_plane.h"
+#include "dataplane/data_plane.h"
 
 #include <algorithm>
 #include <string>
 
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 namespace switchml {
 

@@ -2,7 +2,7 @@
 
 #include <sodium.h>
 
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml::net {
 namespace {

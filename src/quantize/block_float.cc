@@ -2,8 +2,8 @@
 #include <cstring>
 
 #include "quantize/kernels.h"
-#include "switchml/quantize.h"
-#include "switchml/wire_format.h"
+#include "quantize/quantize.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 namespace switchml::kernels {
 

@@ -1,10 +1,10 @@
-#include "switchml/sim_cluster.h"
+#include "sim/sim_cluster.h"
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 
 namespace switchml {
 

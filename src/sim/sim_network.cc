@@ -1,4 +1,4 @@
-#include "switchml/sim_network.h"
+#include "sim/sim_network.h"
 
 #include <string>
 

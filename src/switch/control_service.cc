@@ -9,7 +9,7 @@
 #include "net/address.h"
 #include "net/packet_auth.h"
 #include "rpc/grpc_status.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "control/job_registry.h"
 #include "switch/data_plane_target.h"
 #include "switch/join_request.h"
 #include "switchml/control.grpc.pb.h"
-#include "switchml/job_registry.h"
 
 namespace switchml {
 

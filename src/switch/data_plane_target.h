@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "control/job_registry.h"
+#include "dataplane/data_plane.h"
 #include "net/packet_auth.h"
 #include "switch/join_request.h"
-#include "switchml/data_plane.h"
-#include "switchml/job_registry.h"
 #include "switchml/status.h"
 
 namespace switchml {

@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
 #include "switch/packet_handler.h"
-#include "switchml/data_plane.h"
 #include "transport/transport.h"
 
 namespace switchml {

@@ -2,7 +2,7 @@
 
 #include <arpa/inet.h>
 
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

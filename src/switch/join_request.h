@@ -7,8 +7,8 @@
 #include <chrono>
 #include <vector>
 
+#include "control/job_registry.h"
 #include "switchml/control.pb.h"
-#include "switchml/job_registry.h"
 #include "switchml/status.h"
 
 namespace switchml {

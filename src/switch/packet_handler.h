@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
+#include "dataplane/data_plane.h"
 #include "net/packet_auth.h"
-#include "switchml/data_plane.h"
 #include "switchml/types.h"
 
 namespace switchml {

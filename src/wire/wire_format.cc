@@ -1,4 +1,4 @@
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

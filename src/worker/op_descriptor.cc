@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <array>
 
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
 namespace {

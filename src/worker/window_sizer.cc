@@ -1,4 +1,4 @@
-#include "switchml/window_sizer.h"
+#include "worker/window_sizer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "switchml/worker_engine.h"
+#include "worker/worker_engine.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
-#include "switchml/quantize.h"
+#include "quantize/quantize.h"
 #include "worker/op_descriptor.h"
 
 namespace switchml {

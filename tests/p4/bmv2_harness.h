@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "switch/bmv2/bmv2_data_plane.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml::p4test {
 

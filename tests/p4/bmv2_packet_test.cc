@@ -11,8 +11,8 @@
 #include <map>
 #include <random>
 
+#include "dataplane/data_plane.h"
 #include "p4/bmv2_harness.h"
-#include "switchml/data_plane.h"
 
 namespace switchml::p4test {
 namespace {

@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "switchml/data_plane.h"
-#include "switchml/job_registry.h"
-#include "switchml/sim_network.h"
-#include "switchml/worker_engine.h"
+#include "control/job_registry.h"
+#include "dataplane/data_plane.h"
+#include "sim/sim_network.h"
+#include "worker/worker_engine.h"
 
 namespace switchml {
 

@@ -12,9 +12,9 @@
 #include <random>
 #include <vector>
 
-#include "switchml/data_plane.h"
+#include "dataplane/data_plane.h"
 #include "switchml/types.h"
-#include "switchml/worker_engine.h"
+#include "worker/worker_engine.h"
 
 namespace switchml {
 

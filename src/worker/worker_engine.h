@@ -51,8 +51,8 @@
 
 #include "switchml/status.h"
 #include "switchml/types.h"
-#include "switchml/window_sizer.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
+#include "worker/window_sizer.h"
 
 namespace switchml {
 

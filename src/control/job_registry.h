@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "switchml/data_plane.h"
+#include "dataplane/data_plane.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
 

@@ -22,20 +22,12 @@
 #include <span>
 #include <vector>
 
+#include "switchml/data_plane_config.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
-#include "switchml/wire_format.h"
+#include "wire/wire_format.h"
 
 namespace switchml {
-
-struct DataPlaneConfig {
-  uint32_t pool_slots = 4096;               // slots in the shared pool (all jobs)
-  uint16_t max_elements_per_packet = 1024;  // accumulator words per slot
-  uint16_t max_workers = 64;                // largest world size of any job
-  uint16_t max_jobs = 64;                   // entries in the job table
-
-  Status Validate() const;
-};
 
 // What the control plane tells the data plane about a job.
 struct JobRegistration {

@@ -1,0 +1,21 @@
+// The software data plane's limits: how large a pool the switch allocates at
+// start, and the largest job it serves (SwitchConfig::data_plane).
+#pragma once
+
+#include <cstdint>
+
+#include "switchml/status.h"
+
+namespace switchml {
+
+struct DataPlaneConfig {
+  uint32_t pool_slots = 4096;               // slots in the shared pool (all jobs)
+  uint16_t max_elements_per_packet = 1024;  // accumulator words per slot
+  uint16_t max_workers = 64;                // largest world size of any job
+  uint16_t max_jobs = 64;                   // entries in the job table
+
+  // Errors name the field, its range and the fix.
+  Status Validate() const;
+};
+
+}  // namespace switchml
