@@ -63,29 +63,23 @@ Verification VerifyFloat(const float* out, size_t count, uint64_t seed, uint32_t
                          uint32_t block, bool quantized) {
   Verification v;
   std::vector<float> values(size_t(world) * block);
+  std::vector<const float*> rows(world);
   for (size_t begin = 0; begin < count; begin += block) {
     const size_t len = std::min<size_t>(block, count - begin);
-    int e_max = kMinExponent;
     for (uint32_t r = 0; r < world; ++r) {
       float* row = &values[size_t(r) * block];
       for (size_t j = 0; j < len; ++j) row[j] = FloatValue(seed, r, begin + j, block);
-      e_max = std::max<int>(e_max, BlockExponent(row, len));
+      rows[r] = row;
     }
-    const ErrorBound quantization = QuantizationErrorBound(int(world), e_max);
-    for (size_t j = 0; j < len; ++j) {
-      double exact = 0, magnitude = 0;
-      for (uint32_t r = 0; r < world; ++r) {
-        exact += values[size_t(r) * block + j];
-        magnitude += std::fabs(values[size_t(r) * block + j]);
-      }
-      const double error = std::fabs(double(out[begin + j]) - exact);
-      // A ring adds in float: n-1 roundings of partial sums, each at most
-      // 2^-24 of the running magnitude.
-      const double bound = quantized ? quantization(std::fabs(exact)) : magnitude * 0x1p-24 * world;
-      v.max_abs_error = std::max(v.max_abs_error, std::isnan(error) ? INFINITY : error);
-      v.error_bound = std::max(v.error_bound, bound);
-      if (!(error <= bound)) v.within_bound = false;
-    }
+    CheckBlock(rows, out + begin, len,
+               [&](size_t, double error, double magnitude, double quantization) {
+                 // A ring adds in float: n-1 roundings of partial sums, each
+                 // at most 2^-24 of the running magnitude.
+                 const double bound = quantized ? quantization : magnitude * 0x1p-24 * world;
+                 v.max_abs_error = std::max(v.max_abs_error, std::isnan(error) ? INFINITY : error);
+                 v.error_bound = std::max(v.error_bound, bound);
+                 if (!(error <= bound)) v.within_bound = false;
+               });
   }
   return v;
 }

@@ -10,6 +10,7 @@
 
 #include "net/address.h"
 #include "switch/data_plane_target.h"
+#include "switch/join_request.h"
 #include "switch/software_target.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
@@ -205,6 +206,46 @@ TEST(SoftwareTarget, InstallsAJobInEveryShardAndRemovesItEverywhere) {
   // Removed from every shard: the entry is free again in all of them.
   EXPECT_TRUE(software.Install(clash).ok());
   software.Stop();
+}
+
+// The event counters are listed once (kEventCounters); the protocol must
+// have a field of each name, which the service fills by name.
+TEST(ControlPlane, EveryEventCounterHasItsFieldInTheProtocol) {
+  const auto* fields = control::v1::Counters::descriptor();
+  for (const EventCounter& e : kEventCounters) {
+    const auto* field = fields->FindFieldByName(e.name);
+    ASSERT_NE(field, nullptr) << e.name;
+    EXPECT_EQ(field->cpp_type(), google::protobuf::FieldDescriptor::CPPTYPE_UINT64) << e.name;
+  }
+  // Every uint64 field but the drop map is one of them.
+  EXPECT_EQ(size_t(fields->field_count()), std::size(kEventCounters) + 1);
+}
+
+// Addresses from the network are never resolved: dotted quads with a
+// nonzero port only.
+TEST(JoinRequests, DataAddressesAreNumericWithAPort) {
+  for (const char* bad :
+       {"localhost:5000", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:x", "127.0.0.1:70000", ":5000"}) {
+    control::v1::JoinRequest join = Join(0, 1, 1);
+    join.set_data_addresses(0, bad);
+    const auto parsed = ParseJoinRequest(join);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("is not IPv4ADDRESS:PORT"), std::string::npos)
+        << parsed.status().message();
+  }
+  const auto parsed = ParseJoinRequest(Join(0, 1, 1));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(net::FormatAddress(parsed.value().addresses[0]), "127.0.0.1:5000");
+}
+
+TEST(DataPlaneCounters, AddUpEveryCounter) {
+  DataPlaneCounters a, b;
+  for (const EventCounter& e : kEventCounters) a.*e.field = 1, b.*e.field = 2;
+  a.drops[1] = 3, b.drops[1] = 4, b.decode_errors[2] = 5;
+  a += b;
+  for (const EventCounter& e : kEventCounters) EXPECT_EQ(a.*e.field, 3u) << e.name;
+  EXPECT_EQ(a.drops[1], 7u);
+  EXPECT_EQ(a.decode_errors[2], 5u);
 }
 
 }  // namespace

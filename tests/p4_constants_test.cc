@@ -87,13 +87,14 @@ TEST_F(P4Constants, DropReasonsMatchByNameAndNumber) {
 }
 
 TEST_F(P4Constants, EventCountersMatchTheDriver) {
-  using bmv2::Bmv2DataPlane;
-  EXPECT_EQ(Get("EVENT_PACKETS"), Bmv2DataPlane::kEventPackets);
-  EXPECT_EQ(Get("EVENT_CONTRIBUTIONS"), Bmv2DataPlane::kEventContributions);
-  EXPECT_EQ(Get("EVENT_SLOTS_COMPLETED"), Bmv2DataPlane::kEventSlotsCompleted);
-  EXPECT_EQ(Get("EVENT_RESULTS_RESENT"), Bmv2DataPlane::kEventResultsResent);
-  EXPECT_EQ(Get("EVENT_PENDING_REPLIES"), Bmv2DataPlane::kEventPendingReplies);
-  EXPECT_GT(Get("SWITCHML_NUM_EVENTS"), Bmv2DataPlane::kEventPendingReplies);
+  // EVENT_<NAME> is the index of the counter `name` in kEventCounters.
+  for (size_t i = 0; i < std::size(kEventCounters); ++i) {
+    std::string name = kEventCounters[i].name;
+    for (char& ch : name) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    EXPECT_EQ(Get("EVENT_" + name), long(i)) << name;
+  }
+  EXPECT_GE(Get("SWITCHML_NUM_EVENTS"), long(std::size(kEventCounters)));
+  EXPECT_EQ(Get("SWITCHML_MAX_JOBS"), bmv2::Bmv2DataPlane::kMaxJobs);
 }
 
 }  // namespace

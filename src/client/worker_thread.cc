@@ -1,8 +1,6 @@
 #include "client/worker_thread.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cassert>
@@ -57,13 +55,9 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
       group_(std::move(group)),
       offload_(endpoint_->offload()),
       poller_(busy_poll),
-      auth_(auth),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      auth_(auth) {}
 
-WorkerThread::~WorkerThread() {
-  Stop();
-  if (wake_fd_ >= 0) close(wake_fd_);
-}
+WorkerThread::~WorkerThread() { Stop(); }
 
 Status WorkerThread::Start(const sockaddr_in& switch_data) {
   if (Status s = endpoint_->Connect(switch_data); !s.ok()) return s;
@@ -75,55 +69,42 @@ Status WorkerThread::Start(const sockaddr_in& switch_data) {
   return Status::Ok();
 }
 
-void WorkerThread::Wake() {
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
-}
-
 void WorkerThread::Stop() {
+  const Status stopped(StatusCode::kAborted, "the switchml context was stopped");
   if (thread_.joinable()) {
-    Fail(Status(StatusCode::kAborted, "the switchml context was stopped"));
+    Fail(stopped);
     stop_.store(true);
-    Wake();
+    mailbox_.Wake();
     thread_.join();
   }
-  // Anything submitted after the thread ended.
-  std::lock_guard lock(mu_);
-  for (Request& r : requests_) {
-    r.job->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
+  // Anything the thread did not take; later submissions fail at once.
+  for (Request& r : mailbox_.Close()) {
+    if (r.job) r.job->PartDone(stopped);
   }
-  requests_.clear();
 }
 
 void WorkerThread::Submit(const void* in, void* out, size_t count, DType dtype,
                           std::shared_ptr<Work> job) {
-  {
-    std::lock_guard lock(mu_);
-    requests_.push_back({in, out, count, dtype, std::move(job)});
+  if (!mailbox_.Post({in, out, count, dtype, job, Status::Ok()})) {
+    job->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
   }
-  Wake();
 }
 
 void WorkerThread::Fail(const Status& status) {
-  {
-    std::lock_guard lock(mu_);
-    if (failure_.ok()) failure_ = status;
-  }
-  Wake();
+  (void)mailbox_.Post({nullptr, nullptr, 0, DType::kFloat32, nullptr, status});
 }
 
 void WorkerThread::DrainMailbox() {
-  std::vector<Request> requests;
-  Status failure;
-  {
-    std::lock_guard lock(mu_);
-    requests.swap(requests_);
-    failure = failure_;
-  }
-  if (!failure.ok()) engine_.Fail(failure);
-  for (Request& r : requests) {
-    if (!failure.ok()) {
-      r.job->PartDone(failure);
+  for (Request& r : mailbox_.Take()) {
+    if (!r.job) {  // a failure: fails what runs and everything after
+      if (failure_.ok()) {
+        failure_ = r.failure;
+        engine_.Fail(failure_);
+      }
+      continue;
+    }
+    if (!failure_.ok()) {
+      r.job->PartDone(failure_);
       continue;
     }
     std::shared_ptr<Work> job = r.job;
@@ -139,10 +120,10 @@ void WorkerThread::Run() {
   BatchSink sink(*endpoint_, auth_);
   // A negative fd (no group) is ignored by ppoll.
   pollfd fds[3] = {{endpoint_->poll_fd(), POLLIN, 0},
-                   {wake_fd_, POLLIN, 0},
+                   {mailbox_.fd(), POLLIN, 0},
                    {group_ ? group_->poll_fd() : -1, POLLIN, 0}};
   while (!stop_.load(std::memory_order_relaxed)) {
-    DrainMailbox();
+    if (mailbox_.pending()) DrainMailbox();
     Nanos now = Now();
     engine_.OnTimer(now, sink);
     sink.Flush();
@@ -151,10 +132,7 @@ void WorkerThread::Run() {
                            ? std::chrono::seconds(1)
                            : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
     poller_.Wait(fds, 3, wait);
-    if (fds[1].revents & POLLIN) {
-      uint64_t value;
-      [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));
-    }
+    if (fds[1].revents & POLLIN) DrainMailbox();
     for (int round = 0; round < 16; ++round) {
       const size_t unicast = ReceiveBatch(*endpoint_, sink);
       const size_t multicast = group_ ? ReceiveBatch(*group_, sink) : 0;

@@ -6,11 +6,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
+#include "common/mailbox.h"
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
 #include "switchml/context.h"
@@ -56,12 +56,12 @@ class WorkerThread {
     void* out;
     size_t count;
     DType dtype;
-    std::shared_ptr<Work> job;
+    std::shared_ptr<Work> job;  // null: a failure (Fail())
+    Status failure;
   };
   class BatchSink;
   void Run();
-  void Wake();
-  void DrainMailbox();
+  void DrainMailbox();     // on the thread
   void PublishCounters();  // engine counters into the atomics AddCounters reads
   // Receives and handles one batch from `from`; returns the datagrams received.
   size_t ReceiveBatch(transport::Endpoint& from, BatchSink& sink);
@@ -74,13 +74,11 @@ class WorkerThread {
   uint64_t multicast_received_ = 0;
   std::optional<net::PacketAuthenticator> auth_;
   uint64_t auth_failures_ = 0;
-  int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
-  std::mutex mu_;  // guards the mailbox
-  std::vector<Request> requests_;
-  Status failure_;  // set by Fail(); applies to everything after
+  Mailbox<Request> mailbox_;
+  Status failure_;  // the first Fail()ure taken; applies to everything after (thread only)
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, fast_retransmissions_{0},
       results_accepted_{0}, duplicates_{0}, invalid_{0}, multicast_received_total_{0};

@@ -47,6 +47,13 @@ uint64_t DataPlaneCounters::TotalDrops() const {
   return total;
 }
 
+DataPlaneCounters& DataPlaneCounters::operator+=(const DataPlaneCounters& other) {
+  for (const EventCounter& e : kEventCounters) this->*e.field += other.*e.field;
+  for (size_t i = 0; i < drops.size(); ++i) drops[i] += other.drops[i];
+  for (size_t i = 0; i < decode_errors.size(); ++i) decode_errors[i] += other.decode_errors[i];
+  return *this;
+}
+
 Status DataPlaneConfig::Validate() const {
   if (pool_slots == 0 || pool_slots > (1u << 24)) {
     return InvalidArgument("pool_slots=" + std::to_string(pool_slots) +

@@ -85,6 +85,22 @@ struct DataPlaneCounters {
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 
   uint64_t TotalDrops() const;
+  DataPlaneCounters& operator+=(const DataPlaneCounters& other);
+};
+
+// The event counters of DataPlaneCounters in one list: each under the name
+// the control protocol (control.v1.Counters) and the metrics give it, in the
+// order of the P4 programs' EVENT_* indexes (p4/common/constants.p4).
+struct EventCounter {
+  const char* name;
+  uint64_t DataPlaneCounters::*field;
+};
+inline constexpr EventCounter kEventCounters[] = {
+    {"packets", &DataPlaneCounters::packets},
+    {"contributions", &DataPlaneCounters::contributions},
+    {"slots_completed", &DataPlaneCounters::slots_completed},
+    {"results_resent", &DataPlaneCounters::results_resent},
+    {"pending_replies", &DataPlaneCounters::pending_replies},
 };
 
 class DataPlane {

@@ -7,7 +7,8 @@
 
 namespace switchml::net {
 
-StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_port) {
+StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_port,
+                                   HostNames names) {
   std::string host = text;
   uint32_t port = default_port;
   if (const size_t colon = text.rfind(':'); colon != std::string::npos) {
@@ -25,8 +26,12 @@ StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_por
   addrinfo hints{};
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_DGRAM;
+  if (names == HostNames::kRefuse) hints.ai_flags = AI_NUMERICHOST;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0 || found == nullptr) {
+    if (names == HostNames::kRefuse) {
+      return InvalidArgument("address '" + text + "' has no numeric IPv4 host");
+    }
     return InvalidArgument("cannot resolve host '" + host + "' of address '" + text +
                            "': " + gai_strerror(rc) + " (switchml speaks IPv4)");
   }

@@ -10,9 +10,13 @@
 
 namespace switchml::net {
 
+enum class HostNames { kResolve, kRefuse };
+
 // Parses "host", "host:port" (host a name or dotted quad); a missing port
-// becomes `default_port`. Resolves names with getaddrinfo (setup path only).
-StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_port);
+// becomes `default_port`. Resolves names with getaddrinfo (setup path only),
+// or with HostNames::kRefuse takes dotted quads only (text from the network).
+StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_port,
+                                   HostNames names = HostNames::kResolve);
 
 std::string FormatAddress(const sockaddr_in& a);  // "1.2.3.4:5"
 

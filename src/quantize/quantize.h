@@ -13,8 +13,11 @@
 // Pure functions, no I/O, no allocation; safe to call from any thread.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace switchml {
 
@@ -78,5 +81,27 @@ struct ErrorBound {
   double operator()(double abs_exact_sum) const { return absolute + relative * abs_exact_sum; }
 };
 ErrorBound QuantizationErrorBound(int world_size, int e_max);
+
+// Checks one block (chunk) of `len` elements of a float32 all-reduce's
+// output against the exact sums of the ranks' inputs, taken in double:
+// rows[r] is rank r's input for the block. Calls
+//     on_element(j, |output[j] - exact|, sum of |input| over ranks, bound)
+// for each element, `bound` being QuantizationErrorBound at the block's
+// largest exponent (NaN errors compare false against it).
+template <typename OnElement>
+void CheckBlock(std::span<const float* const> rows, const float* output, size_t len,
+                OnElement&& on_element) {
+  int e_max = kMinExponent;
+  for (const float* row : rows) e_max = std::max<int>(e_max, BlockExponent(row, len));
+  const ErrorBound bound = QuantizationErrorBound(int(rows.size()), e_max);
+  for (size_t j = 0; j < len; ++j) {
+    double exact = 0, magnitude = 0;
+    for (const float* row : rows) {
+      exact += row[j];
+      magnitude += std::fabs(row[j]);
+    }
+    on_element(j, std::fabs(double(output[j]) - exact), magnitude, bound(std::fabs(exact)));
+  }
+}
 
 }  // namespace switchml

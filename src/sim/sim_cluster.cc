@@ -72,24 +72,19 @@ std::vector<Status> SimCluster::AllReduce(const std::vector<SimRankOp>& ops) {
 FloatCheck CheckFloatAllReduce(const std::vector<const float*>& inputs, const float* output,
                                size_t count, uint16_t elements_per_packet) {
   FloatCheck check;
-  const int n = int(inputs.size());
+  std::vector<const float*> rows(inputs.size());
   for (size_t begin = 0; begin < count; begin += elements_per_packet) {
     const size_t len = std::min<size_t>(elements_per_packet, count - begin);
-    int e_max = kMinExponent;
-    for (const float* in : inputs) e_max = std::max<int>(e_max, BlockExponent(in + begin, len));
-    for (size_t i = begin; i < begin + len; ++i) {
-      double exact = 0;
-      for (const float* in : inputs) exact += in[i];
-      const double error = std::fabs(double(output[i]) - exact);
-      const double bound = QuantizationErrorBound(n, e_max)(std::fabs(exact));
+    for (size_t r = 0; r < inputs.size(); ++r) rows[r] = inputs[r] + begin;
+    CheckBlock(rows, output + begin, len, [&](size_t j, double error, double, double bound) {
       if (!(error <= bound)) {  // also catches NaN
-        if (check.violations++ == 0) check.first_violation = i;
+        if (check.violations++ == 0) check.first_violation = begin + j;
       }
       if (error > check.max_abs_error || std::isnan(error)) {
         check.max_abs_error = error;
         check.bound_at_max = bound;
       }
-    }
+    });
   }
   return check;
 }

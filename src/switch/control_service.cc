@@ -24,11 +24,12 @@ constexpr auto kLeaveGrace = 2s;
 constexpr auto kCancelPoll = 50ms;
 
 void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
-  out->set_packets(c.packets);
-  out->set_contributions(c.contributions);
-  out->set_slots_completed(c.slots_completed);
-  out->set_results_resent(c.results_resent);
-  out->set_pending_replies(c.pending_replies);
+  // Each event counter goes to the proto field of its name (a test checks
+  // that every one has its field).
+  const google::protobuf::Descriptor* fields = out->GetDescriptor();
+  for (const EventCounter& e : kEventCounters) {
+    out->GetReflection()->SetUInt64(out, fields->FindFieldByName(e.name), c.*e.field);
+  }
   for (int r = 1; r < kNumDropReasons; ++r) {
     if (c.drops[r] != 0) (*out->mutable_drops())[DropReasonName(DropReason(r))] = c.drops[r];
   }

@@ -2,8 +2,6 @@
 
 #include <poll.h>
 #include <pthread.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <future>
@@ -36,13 +34,9 @@ DataThread::DataThread(const DataPlaneConfig& config, std::unique_ptr<transport:
       handler_(&data_plane_, shard, shards),
       poller_(busy_poll),
       endpoint_(std::move(endpoint)),
-      out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)),
-      wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+      out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)) {}
 
-DataThread::~DataThread() {
-  Stop();
-  if (wake_fd_ >= 0) close(wake_fd_);
-}
+DataThread::~DataThread() { Stop(); }
 
 void DataThread::Start() {
   thread_ = std::thread([this] { Run(); });
@@ -50,31 +44,20 @@ void DataThread::Start() {
 
 void DataThread::Stop() {
   stop_.store(true);
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
+  commands_.Wake();
   if (thread_.joinable()) thread_.join();
-  std::lock_guard lock(commands_mu_);
-  stopped_ = true;
-  for (auto& fn : commands_) fn();
-  commands_.clear();
+  for (auto& fn : commands_.Close()) fn();
 }
 
 void DataThread::Execute(const std::function<void()>& fn) {
   std::promise<void> done;
-  {
-    std::lock_guard lock(commands_mu_);
-    if (stopped_) {
-      fn();
-      return;
-    }
-    commands_.push_back([&] {
-      fn();
-      done.set_value();
-    });
-    pending_.store(true, std::memory_order_release);
+  if (!commands_.Post([&] {
+        fn();
+        done.set_value();
+      })) {
+    fn();  // stopped: nothing else touches the data plane now
+    return;
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = write(wake_fd_, &one, sizeof(one));
   done.get_future().wait();
 }
 
@@ -116,26 +99,14 @@ clockid_t DataThread::cpu_clock() {
   return clock;
 }
 
-void DataThread::RunCommands() {
-  std::vector<std::function<void()>> batch;
-  {
-    std::lock_guard lock(commands_mu_);
-    batch.swap(commands_);
-    pending_.store(false, std::memory_order_relaxed);
-  }
-  for (auto& fn : batch) fn();
-}
-
 void DataThread::Run() {
-  pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {commands_.fd(), POLLIN, 0}};
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
     poller_.Wait(fds, 2, std::chrono::milliseconds(500));
-    if (fds[1].revents & POLLIN) {
-      uint64_t value;
-      [[maybe_unused]] ssize_t n = read(wake_fd_, &value, sizeof(value));
+    if ((fds[1].revents & POLLIN) || commands_.pending()) {
+      for (auto& fn : commands_.Take()) fn();
     }
-    if (pending_.load(std::memory_order_acquire)) RunCommands();
     // A bounded number of batches, so commands never wait long under load.
     for (int round = 0; round < 64; ++round) {
       const std::span<const transport::Datagram> batch = endpoint_->Receive();

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mailbox.h"
 #include "dataplane/data_plane.h"
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
@@ -74,7 +75,6 @@ class DataThread : private ReplySink {
   // Runs `fn` on the data thread (or inline once stopped) and waits for it.
   void Execute(const std::function<void()>& fn);
   void Run();
-  void RunCommands();
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
     endpoint_->SendRef(datagram, to);
   }
@@ -85,12 +85,8 @@ class DataThread : private ReplySink {
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::vector<uint8_t> out_;  // result buffers, one per packet of a receive batch
 
-  int wake_fd_ = -1;
+  Mailbox<std::function<void()>> commands_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> pending_{false};
-  std::mutex commands_mu_;
-  std::vector<std::function<void()>> commands_;
-  bool stopped_ = false;  // guarded by commands_mu_
   std::thread thread_;
 };
 

@@ -1,7 +1,6 @@
 #include "switch/join_request.h"
 
-#include <arpa/inet.h>
-
+#include "net/address.h"
 #include "wire/wire_format.h"
 
 namespace switchml {
@@ -11,19 +10,11 @@ constexpr auto kDefaultJoinTimeout = std::chrono::seconds(60);
 
 // "a.b.c.d:port" with a nonzero port; no name resolution.
 StatusOr<sockaddr_in> ParseNumericAddress(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  const std::string host = colon == std::string::npos ? text : text.substr(0, colon);
-  const std::string port = colon == std::string::npos ? "" : text.substr(colon + 1);
-  char* end = nullptr;
-  const unsigned long p = port.empty() ? 0 : std::strtoul(port.c_str(), &end, 10);
-  if (colon == std::string::npos || port.empty() || *end != '\0' || p == 0 || p > 65535 ||
-      inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+  auto a = net::ParseAddress(text, 0, net::HostNames::kRefuse);
+  if (!a.ok() || a.value().sin_port == 0) {
     return InvalidArgument("data address '" + text.substr(0, 64) +
                            "' is not IPv4ADDRESS:PORT with a nonzero port");
   }
-  a.sin_port = htons(uint16_t(p));
   return a;
 }
 

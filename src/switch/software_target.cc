@@ -26,16 +26,6 @@ StatusOr<std::unique_ptr<transport::Endpoint>> ReserveResultPort(transport::Tran
   return transport.Open(loopback, holder);
 }
 
-void Accumulate(DataPlaneCounters& total, const DataPlaneCounters& c) {
-  total.packets += c.packets;
-  total.contributions += c.contributions;
-  total.slots_completed += c.slots_completed;
-  total.results_resent += c.results_resent;
-  total.pending_replies += c.pending_replies;
-  for (size_t i = 0; i < c.drops.size(); ++i) total.drops[i] += c.drops[i];
-  for (size_t i = 0; i < c.decode_errors.size(); ++i) total.decode_errors[i] += c.decode_errors[i];
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<SoftwareTarget>> SoftwareTarget::Open(const SwitchConfig& config,
@@ -118,8 +108,8 @@ StatusOr<TargetCounters> SoftwareTarget::Counters(const std::vector<JobId>& jobs
   TargetCounters out;
   for (auto& shard : shards_) {
     const DataThread::Counters c = shard->ReadCounters(jobs);
-    Accumulate(out.total, c.total);
-    for (size_t j = 0; j < jobs.size(); ++j) Accumulate(out.per_job[jobs[j].value()], c.per_job[j]);
+    out.total += c.total;
+    for (size_t j = 0; j < jobs.size(); ++j) out.per_job[jobs[j].value()] += c.per_job[j];
     out.packets_sent += c.io.sent;
     out.send_errors += c.io.send_dropped;
   }

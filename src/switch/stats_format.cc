@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "dataplane/data_plane.h"
+
 namespace switchml {
 namespace {
 
@@ -21,11 +23,11 @@ void Line(std::string& out, const std::string& metric, const std::string& labels
 
 void Counters(std::string& out, const control::v1::Counters& c, const std::string& labels) {
   const std::string sep = labels.empty() ? "" : labels + ",";
-  Line(out, "switchml_packets_total", labels, c.packets());
-  Line(out, "switchml_contributions_total", labels, c.contributions());
-  Line(out, "switchml_slots_completed_total", labels, c.slots_completed());
-  Line(out, "switchml_results_resent_total", labels, c.results_resent());
-  Line(out, "switchml_pending_replies_total", labels, c.pending_replies());
+  for (const EventCounter& e : kEventCounters) {
+    const auto* field = c.GetDescriptor()->FindFieldByName(e.name);
+    Line(out, std::string("switchml_") + e.name + "_total", labels,
+         c.GetReflection()->GetUInt64(c, field));
+  }
   for (const auto& [reason, n] : c.drops()) {
     Line(out, "switchml_drops_total", sep + "reason=\"" + reason + "\"", n);
   }

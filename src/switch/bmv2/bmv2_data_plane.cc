@@ -382,14 +382,11 @@ StatusOr<TargetCounters> Bmv2DataPlane::Counters(const std::vector<JobId>&) {
     if (!answer.ok()) return answer.status();
     return ParseCounterPackets(answer.value());
   };
-  for (auto [index, field] :
-       {std::pair{kEventPackets, &c.packets}, std::pair{kEventContributions, &c.contributions},
-        std::pair{kEventSlotsCompleted, &c.slots_completed},
-        std::pair{kEventResultsResent, &c.results_resent},
-        std::pair{kEventPendingReplies, &c.pending_replies}}) {
-    auto value = read(kEvents, index);
+  // The program's EVENT_* indexes follow kEventCounters.
+  for (size_t index = 0; index < std::size(kEventCounters); ++index) {
+    auto value = read(kEvents, int(index));
     if (!value.ok()) return value.status();
-    *field = value.value();
+    c.*kEventCounters[index].field = value.value();
   }
   for (int reason = 1; reason < kNumDropReasons; ++reason) {
     auto value = read(kDrops, reason);

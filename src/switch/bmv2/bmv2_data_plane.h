@@ -64,10 +64,6 @@ class Bmv2DataPlane final : public DataPlaneTarget {
   // SWITCHML_MAX_JOBS: the size of the program's job table.
   static constexpr uint16_t kMaxJobs = 64;
   static constexpr uint16_t kFloodGroup = 1;
-  // Indexes of the program's switchml_events counter (EVENT_* of
-  // p4/common/constants.p4): the fields of DataPlaneCounters.
-  static constexpr int kEventPackets = 0, kEventContributions = 1, kEventSlotsCompleted = 2,
-                       kEventResultsResent = 3, kEventPendingReplies = 4;
 
  private:
   struct Installed {
