@@ -63,7 +63,10 @@ constexpr ContextFlag kContextFlags[] = {
     {"--udp-offload", "udp_offload",
      "send segmented and receive coalesced datagrams (UDP GSO/GRO) where the kernel has them "
      "(true/false); with --local, the switch too"},
-    {"--transport", "transport", "how data packets travel: udp; with --local, the switch too"},
+    {"--transport", "transport",
+     "how data packets travel: udp or af_xdp; with --local, the switch too"},
+    {"--interface", "interface",
+     "af_xdp: the network interface (default: the one facing the switch)"},
 };
 
 // No rank given anywhere (defaults < file < environment < flags).

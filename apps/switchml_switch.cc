@@ -82,7 +82,10 @@ int main(int argc, char** argv) {
                  "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
                  "has them (true/false)");
   app.add_option("--transport", config.transport,
-                 "how data packets travel: udp (kernel UDP sockets)");
+                 "how data packets travel: udp (kernel UDP sockets) or af_xdp (AF_XDP sockets, "
+                 "kernel bypass; needs root)");
+  app.add_option("--interface", config.interface,
+                 "af_xdp: the network interface (default: the one holding --bind)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(

@@ -24,6 +24,9 @@ add_library(switchml_static STATIC ${SWITCHML_OBJECTS})
 foreach(lib switchml switchml_static)
   target_link_libraries(${lib} PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
     PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
+  if(SWITCHML_HAVE_AF_XDP)
+    target_link_libraries(${lib} PRIVATE PkgConfig::XDP)
+  endif()
   target_include_directories(${lib} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_include_directories(${lib} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
@@ -51,6 +54,15 @@ install(EXPORT switchmlTargets NAMESPACE switchml::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
 install(EXPORT switchmlStaticTargets NAMESPACE switchml::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
+# What the static library links beyond itself (its pkg-config Requires, and
+# what find_package(switchml COMPONENTS static) finds).
+set(SWITCHML_STATIC_REQUIRES "grpc++ protobuf spdlog tomlplusplus libsodium")
+if(SWITCHML_HAVE_AF_XDP)
+  string(APPEND SWITCHML_STATIC_REQUIRES " libxdp libbpf")
+  set(SWITCHML_STATIC_NEEDS_XDP TRUE)
+else()
+  set(SWITCHML_STATIC_NEEDS_XDP FALSE)
+endif()
 configure_package_config_file(cmake/switchmlConfig.cmake.in
   ${PROJECT_BINARY_DIR}/switchmlConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)

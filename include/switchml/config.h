@@ -53,8 +53,12 @@ struct ContextConfig {
   // arrive coalesced (UDP_GRO), saving a trip through the kernel per packet.
   // false: one system-call entry per datagram, for A/B runs.
   bool udp_offload = true;
-  // How data packets travel: "udp" (kernel UDP sockets).
+  // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
+  // sockets, bypassing the kernel's UDP stack; needs root, threads = 1,
+  // elements_per_packet at most 512).
   std::string transport = "udp";
+  // af_xdp: the network interface (empty: the one that faces the switch).
+  std::string interface;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -46,8 +46,11 @@ struct SwitchConfig {
   // send each receive batch's results per destination as segmented
   // super-datagrams (UDP_SEGMENT). false: one datagram per system-call entry.
   bool udp_offload = true;
-  // How data packets travel: "udp" (kernel UDP sockets).
+  // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
+  // sockets; needs root, data_threads = 1 and, bound to 0.0.0.0, `interface`).
   std::string transport = "udp";
+  // af_xdp: the network interface (empty: the one holding bind_address).
+  std::string interface;
 
   Status Validate() const;
   // Validate(), for a switch whose jobs run on a data plane outside this

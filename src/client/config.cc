@@ -71,7 +71,12 @@ const Field kFields[] = {
      "send runs of packets as segmented super-datagrams and receive coalesced ones (UDP GSO/GRO) "
      "where the kernel has them",
      nullptr, nullptr, 0, 0, &ContextConfig::udp_offload},
-    {"transport", "how data packets travel: udp (kernel UDP sockets)", &ContextConfig::transport},
+    {"transport",
+     "how data packets travel: udp (kernel UDP sockets) or af_xdp (AF_XDP sockets, kernel "
+     "bypass)",
+     &ContextConfig::transport},
+    {"interface", "af_xdp: the network interface (empty: the one facing the switch)",
+     &ContextConfig::interface},
 };
 
 // A TOML basic string.
@@ -118,6 +123,15 @@ Status ContextConfig::Validate() const {
   if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
+  if (transport == "af_xdp" && elements_per_packet > 512) {
+    return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
+                           " does not fit the af_xdp transport's 4 KiB frames; use at most 512 "
+                           "(or 0: chosen)");
+  }
+  if (transport == "af_xdp" && threads != 1) {
+    return InvalidArgument("threads=" + std::to_string(threads) +
+                           ": the af_xdp transport serves one thread per interface; use 1");
+  }
   if (!auth_key.empty()) {
     if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
   }

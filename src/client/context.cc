@@ -137,7 +137,7 @@ Status JoinError(const grpc::Status& s, const std::string& job) {
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
-  return Start(config, transport::MakeTransport(config.transport).value());
+  return Start(config, transport::MakeTransport(config.transport, {config.interface}).value());
 }
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,

@@ -85,7 +85,7 @@ Status SwitchConfig::ValidateWithoutSoftwareDataPlane() const {
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
   // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
-  return Start(config, transport::MakeTransport(config.transport).value());
+  return Start(config, transport::MakeTransport(config.transport, {config.interface}).value());
 }
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(

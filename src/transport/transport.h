@@ -2,13 +2,14 @@
 // data threads move datagrams, whatever carries them.
 //
 //   Transport   opens endpoints (and knows routes); chosen by name
-//               (MakeTransport: "udp"), or built by a test (SimFabric).
+//               (MakeTransport: "udp", "af_xdp"), or built by a test (SimFabric).
 //   Endpoint    one local address: batched send (Claim/Commit or SendRef,
 //               then Flush) and batched receive, and a file descriptor to
 //               poll for "Receive() may have datagrams".
 //
 // Implementations: transport/udp (kernel UDP sockets: recvmmsg/sendmmsg,
-// UDP GSO/GRO) and transport/sim (an in-process network with seeded loss and
+// UDP GSO/GRO), transport/xdp (AF_XDP sockets fed by an XDP program, headers
+// built in user space) and transport/sim (an in-process network with seeded loss and
 // duplication, for tests). The worker engine and the data plane never see
 // this layer; WorkerThread and DataThread see only this header.
 //
@@ -136,10 +137,19 @@ class Transport {
   virtual StatusOr<Route> RouteToward(const Address& peer) = 0;
 };
 
-// The transports a configuration may name ("udp").
+// What MakeTransport passes on to the transport it makes.
+struct TransportOptions {
+  // af_xdp: the network interface (empty: the one holding the address an
+  // endpoint is opened on).
+  std::string interface;
+};
+
+// The transports a configuration may name ("udp", and "af_xdp" where the
+// build has libxdp).
 std::vector<std::string> TransportNames();
 // The transport called `name`; an unknown name is an error listing the known ones.
-StatusOr<std::shared_ptr<Transport>> MakeTransport(const std::string& name);
+StatusOr<std::shared_ptr<Transport>> MakeTransport(const std::string& name,
+                                                   const TransportOptions& options = {});
 // OK if MakeTransport(name) would succeed; `field` names the setting in the message.
 Status CheckTransportName(const std::string& name, const std::string& field);
 

@@ -1,0 +1,36 @@
+// What the AF_XDP transport asks the kernel about an interface and its
+// neighbours (setup path; reads /proc and getifaddrs, never the packet path).
+#pragma once
+
+#include <netinet/in.h>
+
+#include <optional>
+#include <string>
+
+#include "switchml/status.h"
+#include "transport/xdp/frames.h"
+
+namespace switchml::transport::xdp {
+
+struct Interface {
+  std::string name;
+  int index = 0;
+  in_addr address{};  // its first IPv4 address
+  Mac mac{};
+  int rx_queues = 1;
+};
+
+// The interface called `name`, or (name empty) the one that holds `address`.
+// Errors say how to name one (`interface` setting, --interface).
+StatusOr<Interface> FindInterface(const std::string& name, in_addr address);
+
+// The MAC address of `peer`'s next hop out of `interface` (the peer itself
+// on the interface's subnet, else the route's gateway), from the kernel's
+// neighbour table (/proc/net/arp). When the table has none it makes the
+// kernel resolve it (one UDP datagram to the peer's discard port, 9, which
+// the XDP program leaves to the kernel) and waits up to `wait_ms`.
+StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms = 1000);
+
+std::string FormatMac(const Mac& mac);
+
+}  // namespace switchml::transport::xdp
