@@ -13,13 +13,20 @@
 // segmentation and coalescing, as they do by default; the echo server stays
 // a plain recvmmsg/sendmmsg loop, the kernel's per-datagram baseline.
 //
+// --transport af_xdp measures the switch over AF_XDP beside the switch over
+// kernel UDP and the echo server, each side in its own network namespace
+// (bench/netns_pps builds them: a veth pair, MTU 1500).
+//
 // --shards N runs N servers of each kind at once, as the sharded switch
 // (--data-threads N) does: each with its own socket and pool and its own
 // generator thread; the figures are summed over the shards. Packets per
 // core-second that hold from 1 to N shards mean nothing is shared; packets
 // per wall second grow with N only where 2N cores are free.
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #include <CLI/CLI.hpp>
@@ -27,13 +34,16 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 
 #include "control/job_registry.h"
 #include "switch/data_thread.h"
 #include "switchml/version.h"
+#include "transport/transport.h"
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
 #include "wire/wire_format.h"
@@ -51,18 +61,39 @@ double ThreadCpuSeconds(clockid_t clock) {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
-sockaddr_in Loopback() {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
+// Where the servers and the generator's sockets live: loopback by default;
+// with --server-netns / --generator-netns, two network namespaces (a veth
+// between them), entered by the main thread before it opens each side.
+struct Placement {
+  std::string server_netns, generator_netns;
+  sockaddr_in server{}, generator{};
+};
+Placement g_place;
+
+void EnterNetns(const std::string& name) {
+  if (name.empty()) return;
+  const int fd = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+    std::fprintf(stderr, "cannot enter network namespace %s: %s\n", name.c_str(),
+                 std::strerror(errno));
+    std::exit(2);
+  }
+  close(fd);
+}
+sockaddr_in ServerSide() {
+  EnterNetns(g_place.server_netns);
+  return g_place.server;
+}
+sockaddr_in GeneratorSide() {
+  EnterNetns(g_place.generator_netns);
+  return g_place.generator;
 }
 
 // The echo server: what the switch would cost with no aggregation at all.
 class EchoServer {
  public:
   explicit EchoServer(size_t packet_bytes)
-      : socket_(udp::UdpSocket::Bind(Loopback(), 8 << 20).value()),
+      : socket_(udp::UdpSocket::Bind(ServerSide(), 8 << 20).value()),
         recv_(kBatch, packet_bytes + 1),
         send_(kBatch, 0) {}
   void Start() {
@@ -173,7 +204,8 @@ struct Result {
 
 std::vector<udp::UdpSocket> WorkerSockets(int n) {
   std::vector<udp::UdpSocket> sockets;
-  for (int w = 0; w < n; ++w) sockets.push_back(udp::UdpSocket::Bind(Loopback(), 8 << 20).value());
+  const sockaddr_in local = GeneratorSide();
+  for (int w = 0; w < n; ++w) sockets.push_back(udp::UdpSocket::Bind(local, 8 << 20).value());
   return sockets;
 }
 
@@ -223,7 +255,8 @@ Result RunEcho(int n, int shards, uint16_t slots, uint16_t k, double seconds, bo
 
 // `shards` data threads as the sharded switch runs them: each its own socket
 // and pool, nothing shared.
-Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, bool offload) {
+Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, bool offload,
+                 const std::string& transport_name) {
   DataPlaneConfig config;
   config.pool_slots = slots;
   config.max_elements_per_packet = k;
@@ -233,10 +266,19 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, 
   std::vector<uint32_t> jobs;
   std::vector<clockid_t> clocks(static_cast<size_t>(shards));
   std::vector<std::vector<udp::UdpSocket>> workers;
-  udp::UdpTransport transport;
+  std::shared_ptr<transport::Transport> transport =
+      transport::MakeTransport(transport_name).value();
+  // An AF_XDP switch sees frames as the wire carries them: the generator
+  // sends each datagram on its own (veth would pass a super-datagram whole).
+  const bool generator_offload = offload && transport_name == "udp";
   for (int i = 0; i < shards; ++i) {
-    auto endpoint =
-        transport.Open(Loopback(), DataThread::EndpointOptions(config, 8 << 20, offload)).value();
+    auto opened =
+        transport->Open(ServerSide(), DataThread::EndpointOptions(config, 8 << 20, offload));
+    if (!opened.ok()) {
+      std::fprintf(stderr, "%s\n", opened.status().ToString().c_str());
+      std::exit(2);
+    }
+    auto endpoint = std::move(opened).value();
     servers.push_back(endpoint->local_address());
     data.push_back(std::make_unique<DataThread>(config, std::move(endpoint), 0, 1,
                                                 std::chrono::microseconds(0)));
@@ -259,12 +301,15 @@ Result RunSwitch(int n, int shards, uint16_t slots, uint16_t k, double seconds, 
     jobs.push_back(id.value());
   }
   // Each result answers one contribution: one packet in, one out, as echo.
-  const Result r = Drive(servers, jobs, workers, slots, k, seconds, offload, [&] {
+  const Result r = Drive(servers, jobs, workers, slots, k, seconds, generator_offload, [&] {
     double cpu = 0;
     for (clockid_t c : clocks) cpu += ThreadCpuSeconds(c);
     return cpu;
   });
   for (auto& d : data) d->Stop();
+  // The AF_XDP endpoints detach their XDP program in the namespace it is in.
+  (void)ServerSide();
+  data.clear();
   return r;
 }
 
@@ -295,12 +340,39 @@ int main(int argc, char** argv) {
   app.add_option("--udp-offload", offload,
                  "the switch and the generator use UDP segmentation and coalescing (the echo "
                  "server never does)");
+  std::string transport_name = "udp", server_address = "127.0.0.1", generator_address = "127.0.0.1";
+  app.add_option("--transport", transport_name,
+                 "the switch's transport: udp, or af_xdp (then measured beside the switch over "
+                 "udp; needs --server-netns etc.: bench/netns_pps sets them up)")
+      ->check(CLI::IsMember(transport::TransportNames()));
+  app.add_option("--server-netns", g_place.server_netns, "network namespace of the servers");
+  app.add_option("--generator-netns", g_place.generator_netns,
+                 "network namespace of the load generator");
+  app.add_option("--server-address", server_address, "the servers' IPv4 address");
+  app.add_option("--generator-address", generator_address, "the generator's IPv4 address");
   CLI11_PARSE(app, argc, argv);
+  for (auto [text, address] : {std::pair{&server_address, &g_place.server},
+                               std::pair{&generator_address, &g_place.generator}}) {
+    address->sin_family = AF_INET;
+    if (inet_pton(AF_INET, text->c_str(), &address->sin_addr) != 1) {
+      std::fprintf(stderr, "'%s' is not a numeric IPv4 address\n", text->c_str());
+      return 2;
+    }
+  }
+  if (shards > 1 && transport_name == "af_xdp") {
+    std::fprintf(stderr, "--transport af_xdp serves one shard per interface; use --shards 1\n");
+    return 2;
+  }
 
-  std::vector<double> sw, echo, sw_load, echo_load, sw_pps, echo_pps;
+  std::vector<double> sw, echo, sw_load, echo_load, sw_pps, echo_pps, udp_sw;
   for (int r = 0; r < rounds; ++r) {
     const Result e = RunEcho(workers, shards, slots, k, seconds, offload);
-    const Result s = RunSwitch(workers, shards, slots, k, seconds, offload);
+    const Result s = RunSwitch(workers, shards, slots, k, seconds, offload, transport_name);
+    if (transport_name != "udp") {
+      udp_sw.push_back(RunSwitch(workers, shards, slots, k, seconds, offload, "udp").pps_per_core);
+      std::fprintf(stderr, "round %d/%d: the switch over udp %.0f pkt/core-s\n", r + 1, rounds,
+                   udp_sw.back());
+    }
     echo.push_back(e.pps_per_core);
     echo_load.push_back(e.cpu_load);
     echo_pps.push_back(e.pps);
@@ -328,6 +400,11 @@ int main(int argc, char** argv) {
   j["switch_server_cpu_load"] = Median(sw_load);
   j["echo_server_cpu_load"] = Median(echo_load);
   j["ratio_switch_to_echo"] = Median(sw) / Median(echo);
+  j["transport"] = transport_name;
+  if (!udp_sw.empty()) {
+    j["udp_switch_packets_per_core_second"] = Median(udp_sw);
+    j["ratio_switch_to_udp_switch"] = Median(sw) / Median(udp_sw);
+  }
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

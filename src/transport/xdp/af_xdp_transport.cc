@@ -63,16 +63,22 @@ class AfXdpTransport::Attachment {
       bpf_object__close(object);
       return Failed("loading the XDP program", error, kNeedsRights);
     }
-    // Generic (SKB) mode works on every driver (veth too); the copy of each
-    // frame into the socket's memory is the cost.
-    if (int error = xdp_program__attach(program, interface.index, XDP_MODE_SKB, 0); error != 0) {
+    // The driver's own (native) XDP where it has it (veth does), else
+    // generic (SKB) mode, which every driver has.
+    enum xdp_attach_mode mode = XDP_MODE_NATIVE;
+    int error = xdp_program__attach(program, interface.index, mode, 0);
+    if (error != 0) {
+      mode = XDP_MODE_SKB;
+      error = xdp_program__attach(program, interface.index, mode, 0);
+    }
+    if (error != 0) {
       xdp_program__close(program);
       return Failed("attaching the XDP program to " + interface.name, error,
                     std::string(kNeedsRights) +
                         "; another XDP program that is not libxdp's dispatcher may hold the "
                         "interface: `xdp-loader status`");
     }
-    auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, program));
+    auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, program, mode));
     bpf_object* loaded = xdp_program__bpf_obj(program);
     attachment->xsks_fd_ = bpf_object__find_map_fd_by_name(loaded, "switchml_xsks");
     attachment->ports_fd_ = bpf_object__find_map_fd_by_name(loaded, "switchml_ports");
@@ -82,11 +88,12 @@ class AfXdpTransport::Attachment {
     return attachment;
   }
   ~Attachment() {
-    xdp_program__detach(program_, interface_.index, XDP_MODE_SKB, 0);
+    xdp_program__detach(program_, interface_.index, mode_, 0);
     xdp_program__close(program_);
   }
 
   const Interface& interface() const { return interface_; }
+  bool native() const { return mode_ == XDP_MODE_NATIVE; }
   int xsks_fd() const { return xsks_fd_; }
 
   // Redirects UDP to `port` on `address` (0: any) to the queue's socket.
@@ -109,10 +116,11 @@ class AfXdpTransport::Attachment {
   }
 
  private:
-  Attachment(const Interface& interface, xdp_program* program)
-      : interface_(interface), program_(program) {}
+  Attachment(const Interface& interface, xdp_program* program, enum xdp_attach_mode mode)
+      : interface_(interface), program_(program), mode_(mode) {}
   Interface interface_;
   xdp_program* program_;
+  enum xdp_attach_mode mode_;
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
   std::mutex mu_;
@@ -226,7 +234,10 @@ class AfXdpEndpoint final : public Endpoint {
     sources_.resize(options_.receive_batch);
   }
 
-  std::string offload() const override { return zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy"; }
+  std::string offload() const override {
+    return std::string(zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy") +
+           (attachment_->native() ? ", native XDP" : ", generic XDP");
+  }
 
   std::span<uint8_t> Claim() override {
     if (free_tx_.empty()) Flush();
@@ -375,7 +386,9 @@ class AfXdpEndpoint final : public Endpoint {
       *xsk_ring_prod__fill_addr(&fill_, at + uint32_t(i)) = held_[i];
     xsk_ring_prod__submit(&fill_, uint32_t(held_.size()));
     held_.clear();
-    if (xsk_ring_prod__needs_wakeup(&fill_)) {
+    // Copy mode fills frames from the kernel's receive path; only a
+    // zero-copy driver waits to be told about new ones.
+    if (zero_copy_ && xsk_ring_prod__needs_wakeup(&fill_)) {
       recvfrom(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
     }
   }
