@@ -48,6 +48,22 @@ TEST(ContextConfig, TomlErrorsNameTheProblem) {
       std::string::npos);
 }
 
+TEST(ContextConfig, AfXdpLimitsAreRefusedNamingTheSetting) {
+  ContextConfig c;
+  c.transport = "af_xdp";
+#ifdef SWITCHML_HAVE_AF_XDP
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate().message();
+  c.elements_per_packet = 1024;
+  EXPECT_NE(c.Validate().message().find("elements_per_packet=1024 does not fit"),
+            std::string::npos);
+  c.elements_per_packet = 0;
+  c.threads = 2;
+  EXPECT_NE(c.Validate().message().find("threads=2"), std::string::npos);
+#else
+  EXPECT_NE(c.Validate().message().find("not in this build"), std::string::npos);
+#endif
+}
+
 TEST(ContextConfig, ValidationRejectsWithoutRewriting) {
   ContextConfig c;
   c.elements_per_packet = 10;

@@ -208,6 +208,24 @@ TEST(SoftwareTarget, InstallsAJobInEveryShardAndRemovesItEverywhere) {
   software.Stop();
 }
 
+// What the af_xdp transport cannot carry is refused before anything starts,
+// naming the setting (or, in a build without it, the transport itself).
+TEST(SwitchConfigValidation, AfXdpLimitsAreRefusedNamingTheSetting) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.transport = "af_xdp";
+#ifdef SWITCHML_HAVE_AF_XDP
+  EXPECT_NE(config.Validate().message().find("data_plane.max_elements_per_packet=1024"),
+            std::string::npos)
+      << config.Validate().message();
+  config.data_plane.max_elements_per_packet = kMaxAfXdpElementsPerPacket;
+  EXPECT_TRUE(config.Validate().ok()) << config.Validate().message();
+  config.data_threads = 2;
+  EXPECT_NE(config.Validate().message().find("data_threads=2"), std::string::npos);
+#else
+  EXPECT_NE(config.Validate().message().find("not in this build"), std::string::npos);
+#endif
+}
+
 // The event counters are listed once (kEventCounters); the protocol must
 // have a field of each name, which the service fills by name.
 TEST(ControlPlane, EveryEventCounterHasItsFieldInTheProtocol) {

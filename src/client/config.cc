@@ -123,10 +123,10 @@ Status ContextConfig::Validate() const {
   if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
-  if (transport == "af_xdp" && elements_per_packet > 512) {
+  if (transport == "af_xdp" && elements_per_packet > kMaxAfXdpElementsPerPacket) {
     return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
-                           " does not fit the af_xdp transport's 4 KiB frames; use at most 512 "
-                           "(or 0: chosen)");
+                           " does not fit the af_xdp transport's 4 KiB frames; use at most " +
+                           std::to_string(kMaxAfXdpElementsPerPacket) + " (or 0: chosen)");
   }
   if (transport == "af_xdp" && threads != 1) {
     return InvalidArgument("threads=" + std::to_string(threads) +

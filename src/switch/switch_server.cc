@@ -53,6 +53,17 @@ Status SwitchConfig::Validate() const {
                            " (0: sleep at once)");
   }
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
+  if (transport == "af_xdp" && data_plane.max_elements_per_packet > kMaxAfXdpElementsPerPacket) {
+    return InvalidArgument(
+        "data_plane.max_elements_per_packet=" + std::to_string(data_plane.max_elements_per_packet) +
+        " does not fit the af_xdp transport's 4 KiB frames; use at most " +
+        std::to_string(kMaxAfXdpElementsPerPacket) + " (--max-elements-per-packet " +
+        std::to_string(kMaxAfXdpElementsPerPacket) + ")");
+  }
+  if (transport == "af_xdp" && data_threads != 1) {
+    return InvalidArgument("data_threads=" + std::to_string(data_threads) +
+                           ": the af_xdp transport serves one data thread per interface; use 1");
+  }
   if (auto bind = net::ParseAddress(bind_address, 0); !bind.ok()) return bind.status();
   return data_plane.Validate();
 }

@@ -75,8 +75,9 @@ class AfXdpTransport::Attachment {
       xdp_program__close(program);
       return Failed("attaching the XDP program to " + interface.name, error,
                     std::string(kNeedsRights) +
-                        "; another XDP program that is not libxdp's dispatcher may hold the "
-                        "interface: `xdp-loader status`");
+                        "; if another XDP program holds the interface (without bpffs at "
+                        "/sys/fs/bpf libxdp cannot share it; a crashed switchml leaves its own): "
+                        "`ip link set dev " + interface.name + " xdp off`");
     }
     auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, program, mode));
     bpf_object* loaded = xdp_program__bpf_obj(program);
