@@ -1,6 +1,7 @@
 // The Python module switchml_torch._C: exposes ProcessGroupSwitchML as a
 // subclass of torch.distributed.ProcessGroup.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/python.h>
 
@@ -18,5 +19,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, std::chrono::milliseconds,
                     c10::intrusive_ptr<c10d::ProcessGroup>>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
-           py::arg("fallback"), py::call_guard<py::gil_scoped_release>());
+           py::arg("fallback"), py::call_guard<py::gil_scoped_release>())
+      .def("settings_toml", &ProcessGroupSwitchML::SettingsToml,
+           "The switchml settings in effect, as TOML")
+      .def("counters", &ProcessGroupSwitchML::Counters, "The protocol counters of this rank");
 }

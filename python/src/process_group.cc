@@ -6,6 +6,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 namespace switchml::torch_backend {
 namespace {
@@ -57,6 +59,41 @@ bool IsDenseCpu(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == c10::kStrided && !t.is_complex();
 }
 
+// Once per (operation, dtype, device, reason): a Python warning that the
+// switch does not serve this call and the internal Gloo group does.
+void WarnFallback(const char* op, const at::Tensor* t, const std::string& why) {
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  const std::string dtype = t ? std::string(c10::toString(t->scalar_type())) : "-";
+  const std::string device = t ? t->device().str() : "-";
+  const std::string key = std::string(op) + "|" + dtype + "|" + device + "|" + why;
+  {
+    std::lock_guard lock(mu);
+    if (!warned.insert(key).second) return;
+  }
+  TORCH_WARN("switchml: ", op, " of ", dtype, " on ", device,
+             " runs on the internal Gloo group, not the switch: ", why,
+             " (warned once per operation, dtype and device)");
+}
+
+// Why a tensor cannot be summed through the switch ("" if it can).
+std::string Ineligible(const at::Tensor& t) {
+  if (!IsDenseCpu(t)) return "the switch sums dense CPU tensors only";
+  const auto type = t.scalar_type();
+  if (type != at::kFloat && type != at::kInt && type != at::kHalf && type != at::kBFloat16) {
+    return "the switch sums float32, float16, bfloat16 and int32 only";
+  }
+  return "";
+}
+
+// SUM, and AVG of floating types (a sum, then a division by the world size).
+std::string IneligibleOp(c10d::ReduceOp op, const at::Tensor& t) {
+  if (op == c10d::ReduceOp::SUM) return "";
+  if (op == c10d::ReduceOp::AVG && t.scalar_type() != at::kInt) return "";
+  return op == c10d::ReduceOp::AVG ? "AVG of integers is not defined by the switch"
+                                   : "the switch sums (SUM, and AVG of floating types) only";
+}
+
 }  // namespace
 
 ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -105,22 +142,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t c
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
-  const bool eligible =
-      tensors.size() == 1 && opts.reduceOp == c10d::ReduceOp::SUM && IsDenseCpu(tensors[0]);
-  const auto type = eligible ? tensors[0].scalar_type() : c10::ScalarType::Undefined;
-  if (type != at::kFloat && type != at::kInt && type != at::kHalf && type != at::kBFloat16) {
+  std::string why = tensors.size() == 1 ? Ineligible(tensors[0]) : "one tensor per call only";
+  if (why.empty()) why = IneligibleOp(opts.reduceOp, tensors[0]);
+  if (!why.empty()) {
+    WarnFallback("all_reduce", tensors.empty() ? nullptr : &tensors[0], why);
     return fallback_->allreduce(tensors, opts);
   }
   at::Tensor t = tensors[0];
-  const bool integer = type == at::kInt;
+  const bool integer = t.scalar_type() == at::kInt;
+  const bool average = opts.reduceOp == c10d::ReduceOp::AVG;
   // float32 and int32 tensors are reduced in place; others through a copy.
-  const bool direct = (type == at::kFloat || integer) && t.is_contiguous();
+  const bool direct = (t.scalar_type() == at::kFloat || integer) && t.is_contiguous();
   at::Tensor buffer = direct ? t : t.to(integer ? at::kInt : at::kFloat).contiguous();
-  std::function<void()> copy_back;
-  if (!direct) copy_back = [t, buffer]() mutable { t.copy_(buffer); };
+  std::function<void()> finish;
+  const int world = getSize();
+  if (!direct || average) {
+    finish = [t, buffer, direct, average, world]() mutable {
+      if (average) buffer.div_(world);
+      if (!direct) t.copy_(buffer);
+    };
+  }
   return Submit(buffer.data_ptr(), size_t(buffer.numel()),
                 integer ? DType::kInt32 : DType::kFloat32, tensors, c10d::OpType::ALLREDUCE,
-                std::move(copy_back));
+                std::move(finish));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::ReduceScatter(at::Tensor output,
+                                                                   at::Tensor flat,
+                                                                   c10d::ReduceOp op) {
+  // All ranks' inputs summed through the switch; each rank keeps its block.
+  const bool integer = flat.scalar_type() == at::kInt;
+  at::Tensor buffer = flat.to(integer ? at::kInt : at::kFloat).contiguous();
+  if (buffer.data_ptr() == flat.data_ptr()) buffer = buffer.clone();  // the input stays
+  const int64_t block = output.numel();
+  const int rank = getRank(), world = getSize();
+  const bool average = op == c10d::ReduceOp::AVG;
+  return Submit(buffer.data_ptr(), size_t(buffer.numel()),
+                integer ? DType::kInt32 : DType::kFloat32, {output}, c10d::OpType::REDUCE_SCATTER,
+                [output, buffer, block, rank, world, average]() mutable {
+                  at::Tensor mine = buffer.narrow(0, rank * block, block);
+                  if (average) mine.div_(world);
+                  output.copy_(mine.view(output.sizes()));
+                });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::broadcast(std::vector<at::Tensor>& tensors,
@@ -207,11 +270,55 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  return fallback_->reduce_scatter(outputs, inputs, opts);
+  std::string why;
+  if (outputs.size() != 1 || inputs.size() != 1 || inputs[0].size() != size_t(getSize())) {
+    why = "one output and one input per rank only";
+  }
+  if (why.empty()) why = Ineligible(outputs[0]);
+  if (why.empty()) why = IneligibleOp(opts.reduceOp, outputs[0]);
+  for (size_t r = 0; why.empty() && r < inputs[0].size(); ++r) {
+    const at::Tensor& in = inputs[0][r];
+    if (!IsDenseCpu(in) || in.scalar_type() != outputs[0].scalar_type() ||
+        in.numel() != outputs[0].numel()) {
+      why = "every input must be a dense CPU tensor of the output's dtype and size";
+    }
+  }
+  if (!why.empty()) {
+    WarnFallback("reduce_scatter", outputs.empty() ? nullptr : &outputs[0], why);
+    return fallback_->reduce_scatter(outputs, inputs, opts);
+  }
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& in : inputs[0]) flat.push_back(in.reshape({-1}));
+  return ReduceScatter(outputs[0], at::cat(flat), opts.reduceOp);
 }
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  return fallback_->_reduce_scatter_base(output, input, opts);
+  std::string why = Ineligible(output);
+  if (why.empty()) why = IneligibleOp(opts.reduceOp, output);
+  if (why.empty() && (!IsDenseCpu(input) || input.scalar_type() != output.scalar_type() ||
+                      input.numel() != output.numel() * getSize())) {
+    why = "the input must be a dense CPU tensor of the output's dtype, world_size times its size";
+  }
+  if (!why.empty()) {
+    WarnFallback("reduce_scatter_tensor", &output, why);
+    return fallback_->_reduce_scatter_base(output, input, opts);
+  }
+  return ReduceScatter(output, input.reshape({-1}), opts.reduceOp);
+}
+
+std::string ProcessGroupSwitchML::SettingsToml() const { return context_->config().ToToml(); }
+
+std::map<std::string, double> ProcessGroupSwitchML::Counters() const {
+  const ContextCounters c = context_->counters();
+  return {{"packets_sent", double(c.packets_sent)},
+          {"retransmissions", double(c.retransmissions)},
+          {"fast_retransmissions", double(c.fast_retransmissions)},
+          {"results_accepted", double(c.results_accepted)},
+          {"duplicates", double(c.duplicates)},
+          {"invalid", double(c.invalid)},
+          {"multicast_received", double(c.multicast_received)},
+          {"window", double(c.window)},
+          {"min_rtt_us", c.min_rtt_us}};
 }
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,

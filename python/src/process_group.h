@@ -1,11 +1,14 @@
 // ProcessGroupSwitchML: switchml as a torch.distributed backend (c10d,
-// PyTorch 1.13). Sum all-reduces of dense CPU tensors go through the switch;
-// broadcast, allgather and barrier are built on exact integer all-reduces;
-// everything else is delegated to an internal Gloo process group, so every
-// DDP feature keeps working.
+// PyTorch 1.13). Sum and average all-reduces and reduce-scatters of dense CPU
+// tensors go through the switch; broadcast, allgather and barrier are built
+// on exact integer all-reduces; everything else is delegated to an internal
+// Gloo process group (with a warning once per operation, dtype and device),
+// so every DDP feature keeps working.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -67,7 +70,16 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
+  // The Context's settings in effect, as TOML (elements_per_packet is the
+  // switch's choice), and its protocol counters.
+  std::string SettingsToml() const;
+  std::map<std::string, double> Counters() const;
+
  private:
+  // Sums `flat` (world_size blocks of output's size) through the switch and
+  // writes this rank's block, averaged for AVG, into `output`.
+  c10::intrusive_ptr<c10d::Work> ReduceScatter(at::Tensor output, at::Tensor flat,
+                                               c10d::ReduceOp op);
   // All-reduces `count` int32/float32 elements at `data` in place; `done`
   // runs on success before the work completes (to copy results back).
   c10::intrusive_ptr<c10d::Work> Submit(void* data, size_t count, DType dtype,

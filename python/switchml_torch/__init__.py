@@ -8,17 +8,42 @@ The switch is found through SWITCHML_SWITCH_ADDRESS (HOST[:PORT], default
 can be given as SWITCHML_<NAME> (SWITCHML_THREADS, SWITCHML_ELEMENTS_PER_PACKET,
 SWITCHML_AUTH_KEY, ...).
 
-Sum all-reduces of CPU float32 (quantized), float16 and bfloat16 (converted
-to float32), and int32 (exact) tensors run through the switch, as do
-broadcast, allgather and barrier (exact). Everything else runs on an internal
-Gloo process group, so every DDP feature keeps working.
+Sum and average (ReduceOp.AVG) all-reduces and reduce-scatters of CPU
+float32 (quantized), float16 and bfloat16 (converted to float32), and int32
+(exact; sums only) tensors run through the switch, as do broadcast, allgather
+and barrier (exact). Everything else runs on an internal Gloo process group,
+with a warning once per operation, dtype and device, so every DDP feature
+keeps working.
+
+    switchml_torch.settings()   # the settings in effect (a dict, as in the TOML file)
+    switchml_torch.counters()   # this rank's protocol counters
 """
+import tomllib
+
 import torch
 import torch.distributed as dist
 
 from ._C import ProcessGroupSwitchML, __version__
 
-__all__ = ["ProcessGroupSwitchML", "__version__"]
+__all__ = ["ProcessGroupSwitchML", "__version__", "settings", "counters"]
+
+
+def _switchml_group(group):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupSwitchML):
+        raise ValueError("not a switchml process group: " + type(pg).__name__ +
+                         " (init_process_group(\"switchml\"), or pass the group)")
+    return pg
+
+
+def settings(group=None):
+    """The switchml settings of `group` (default: the default group) in effect."""
+    return tomllib.loads(_switchml_group(group).settings_toml())
+
+
+def counters(group=None):
+    """This rank's protocol counters in `group` (default: the default group)."""
+    return dict(_switchml_group(group).counters())
 
 
 def _create_process_group(store, rank, world_size, timeout):

@@ -79,6 +79,63 @@ def allreduce_worker(rank, world, port):
     dist.destroy_process_group()
 
 
+def parity_worker(rank, world, port):
+    """ReduceOp.AVG, reduce_scatter in both forms, the warning on a fallback,
+    and the settings and counters from Python."""
+    import warnings
+    import switchml_torch
+    init(rank, world, port)
+    x = torch.arange(10, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    mean = torch.arange(10, dtype=torch.float32) * sum(range(1, world + 1)) / world
+    torch.testing.assert_close(x, mean, rtol=0, atol=2.0**-16)
+    h = (torch.arange(6, dtype=torch.float32) * (rank + 1)).half()
+    dist.all_reduce(h, op=dist.ReduceOp.AVG)
+    torch.testing.assert_close(h.float(), torch.arange(6, dtype=torch.float32) *
+                               sum(range(1, world + 1)) / world, rtol=2.0**-10, atol=2.0**-10)
+    # reduce_scatter: rank r gets the sum over ranks of their r-th input.
+    inputs = [torch.full((2, 3), float(10 * r + rank), dtype=torch.float32) for r in range(world)]
+    out = torch.zeros(2, 3)
+    dist.reduce_scatter(out, inputs)
+    torch.testing.assert_close(out, torch.full((2, 3), float(10 * rank * world + sum(range(world)))),
+                               rtol=0, atol=2.0**-16)
+    ints = [torch.full((4,), 100 * r + rank, dtype=torch.int32) for r in range(world)]
+    out_i = torch.zeros(4, dtype=torch.int32)
+    dist.reduce_scatter(out_i, ints)
+    assert torch.equal(out_i, torch.full((4,), 100 * rank * world + sum(range(world)),
+                                         dtype=torch.int32)), out_i
+    flat = torch.arange(world * 5, dtype=torch.int32) + rank
+    before = flat.clone()
+    base_out = torch.zeros(5, dtype=torch.int32)
+    dist.reduce_scatter_tensor(base_out, flat)
+    assert torch.equal(flat, before), "the input was changed"
+    want = (torch.arange(world * 5, dtype=torch.int32) * world + sum(range(world)))[rank * 5:rank * 5 + 5]
+    assert torch.equal(base_out, want), base_out
+    # What the switch does not serve warns once, naming why (c10's warning
+    # goes to stderr, or to Python's warnings where torch routes it there).
+    with warnings.catch_warnings(record=True) as caught, tempfile.TemporaryFile("w+") as err:
+        warnings.simplefilter("always")
+        saved = os.dup(2)
+        os.dup2(err.fileno(), 2)
+        try:
+            for _ in range(3):
+                m = torch.tensor([float(rank)], dtype=torch.int32)
+                dist.all_reduce(m, op=dist.ReduceOp.MAX)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        err.seek(0)
+        text = err.read() + "".join(str(w.message) for w in caught)
+    assert text.count("runs on the internal Gloo group") == 1, text
+    assert "the switch sums (SUM, and AVG of floating types) only" in text, text
+    assert m.item() == world - 1
+    s = switchml_torch.settings()
+    assert s["world_size"] == world and s["rank"] == rank and s["elements_per_packet"] > 0, s
+    c = switchml_torch.counters()
+    assert c["packets_sent"] > 0 and c["results_accepted"] > 0, c
+    dist.destroy_process_group()
+
+
 def ddp_worker(rank, world, port, backend, out_dir):
     init(rank, world, port, backend)
     torch.manual_seed(0)
@@ -141,6 +198,12 @@ class TorchBackendTest(unittest.TestCase):
         with Switch() as sw:
             os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
             mp.spawn(allreduce_worker, args=(3, free_port()), nprocs=3)
+
+    def test_average_reduce_scatter_warnings_settings_and_counters(self):
+        world = 3
+        with Switch() as sw:
+            os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+            mp.spawn(parity_worker, args=(world, free_port()), nprocs=world, join=True)
 
     def test_ddp_parameters_identical_on_every_rank_and_close_to_gloo(self):
         world = 4

@@ -77,7 +77,8 @@ class AfXdpTransport::Attachment {
                     std::string(kNeedsRights) +
                         "; if another XDP program holds the interface (without bpffs at "
                         "/sys/fs/bpf libxdp cannot share it; a crashed switchml leaves its own): "
-                        "`ip link set dev " + interface.name + " xdp off`");
+                        "`ip link set dev " +
+                        interface.name + " xdp off`");
     }
     auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, program, mode));
     bpf_object* loaded = xdp_program__bpf_obj(program);
