@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "bench_common.h"
@@ -74,9 +76,28 @@ constexpr uint32_t kNoRank = UINT32_MAX;
 
 // The worker's settings: the benchmark's defaults, then the --config file,
 // then SWITCHML_<NAME> variables, then the flags given explicitly.
-StatusOr<ContextConfig> WorkerConfig(const Options& o) {
+ContextConfig BenchDefaults() {
   ContextConfig config;
   config.job_name = "bench";
+  return config;
+}
+
+// The benchmark's default of every Context setting, by key, for --help.
+std::map<std::string, std::string> ContextDefaults() {
+  std::map<std::string, std::string> defaults;
+  std::istringstream toml(BenchDefaults().ToToml());
+  for (std::string line; std::getline(toml, line);) {
+    const size_t eq = line.find(" = ");
+    if (line.empty() || line[0] == '#' || eq == std::string::npos) continue;
+    std::string value = line.substr(eq + 3);
+    if (value.size() >= 2 && value.front() == '"') value = value.substr(1, value.size() - 2);
+    defaults[line.substr(0, eq)] = value;
+  }
+  return defaults;
+}
+
+StatusOr<ContextConfig> WorkerConfig(const Options& o) {
+  ContextConfig config = BenchDefaults();
   config.rank = kNoRank;
   if (!o.config_file.empty()) {
     auto loaded = ContextConfig::FromTomlFile(o.config_file, config);
@@ -261,6 +282,7 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-bench: time all-reduces through a switchml switch"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-bench ") + SWITCHML_VERSION);
   Options o;
   app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
@@ -287,9 +309,11 @@ int main(int argc, char** argv) {
   // Context settings: applied over the file and the environment with
   // ContextConfig::Set, which validates them and names the field.
   std::vector<std::string> values(std::size(kContextFlags));
+  const std::map<std::string, std::string> defaults = ContextDefaults();
   for (size_t i = 0; i < std::size(kContextFlags); ++i) {
     const ContextFlag& f = kContextFlags[i];
     CLI::Option* opt = app.add_option(f.flag, values[i], f.help);
+    if (auto d = defaults.find(f.field); d != defaults.end()) opt->default_str(d->second);
     opt->each([&o, &f](const std::string& v) { o.context_flags.emplace_back(f.field, v); });
     const std::string flag = f.flag;
     if (flag != "--switch" && flag != "--rank" && flag != "--world") pass(opt);

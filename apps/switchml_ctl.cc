@@ -13,6 +13,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-ctl: inspect a running switchml switch"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-ctl ") + SWITCHML_VERSION);
   app.require_subcommand(1);
   std::string address = "127.0.0.1";

@@ -16,6 +16,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-sim ") + SWITCHML_VERSION);
   int workers = 8;
   std::string size = "4MiB";

@@ -40,6 +40,7 @@ std::optional<spdlog::level::level_enum> ParseLogLevel(std::string name) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-switch: in-network aggregation in software"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-switch ") + SWITCHML_VERSION);
   switchml::SwitchConfig config;
   std::string bind = "0.0.0.0";

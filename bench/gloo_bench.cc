@@ -104,6 +104,7 @@ int RunWorker(const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-gloo-bench: Gloo ring all-reduce on the inputs of switchml-bench"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-gloo-bench ") + SWITCHML_VERSION);
   Options o;
   std::vector<std::string> passthrough;

@@ -18,6 +18,7 @@
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   CLI::App app{"switchml-mpi-bench: MPI_Allreduce on the inputs of switchml-bench"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
   app.set_version_flag("--version", std::string("switchml-mpi-bench ") + SWITCHML_VERSION);
   std::string size = "64MiB", dtype = "float32";
   int reps = 5, warmup = 1;

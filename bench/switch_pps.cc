@@ -324,6 +324,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "switchml-switch-pps: the switch's packets per core-second against a UDP echo server"};
   app.set_version_flag("--version", std::string("switchml-switch-pps ") + SWITCHML_VERSION);
+  app.option_defaults()->always_capture_default();  // --help shows every default
   int workers = 2, rounds = 3, shards = 1;
   uint16_t slots = 64, k = 256;
   double seconds = 2;
