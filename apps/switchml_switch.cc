@@ -15,28 +15,12 @@
 #include <optional>
 #include <sstream>
 
+#include "client/client_log.h"
 #include "switch/bmv2/bmv2_data_plane.h"
 #include "switchml/switch_server.h"
 #include "switchml/version.h"
 
-namespace {
-
-// Log level names, case-insensitively.
-std::optional<spdlog::level::level_enum> ParseLogLevel(std::string name) {
-  using spdlog::level::level_enum;
-  static constexpr std::pair<const char*, level_enum> kLevels[] = {
-      {"trace", level_enum::trace},       {"debug", level_enum::debug},  {"info", level_enum::info},
-      {"warn", level_enum::warn},         {"warning", level_enum::warn}, {"error", level_enum::err},
-      {"critical", level_enum::critical}, {"off", level_enum::off}};
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  for (const auto& [text, level] : kLevels) {
-    if (name == text) return level;
-  }
-  return std::nullopt;
-}
-
-}  // namespace
+using switchml::ParseLogLevel;
 
 int main(int argc, char** argv) {
   CLI::App app{"switchml-switch: in-network aggregation in software"};
@@ -45,7 +29,9 @@ int main(int argc, char** argv) {
   switchml::SwitchConfig config;
   std::string bind = "0.0.0.0";
   std::string port_file;
-  std::string log_level = "info";
+  // SWITCHML_LOG_LEVEL, as for the library; --log-level wins.
+  std::string log_level =
+      std::getenv("SWITCHML_LOG_LEVEL") ? std::getenv("SWITCHML_LOG_LEVEL") : "info";
   int max_elements = config.data_plane.max_elements_per_packet;
   int max_workers = config.data_plane.max_workers;
   int max_jobs = config.data_plane.max_jobs;
@@ -132,6 +118,11 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (!ParseLogLevel(log_level)) {
+    spdlog::error("SWITCHML_LOG_LEVEL='{}' is not trace, debug, info, warn, error, critical or off",
+                  log_level.substr(0, 32));
+    return 2;
+  }
   spdlog::set_level(*ParseLogLevel(log_level));
   // gRPC's own messages (e.g. a failed bind, which Start() reports in one
   // line of ours) at debug level.

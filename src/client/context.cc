@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "client/client_log.h"
 #include "client/worker_thread.h"
 #include "common/thread_split.h"
 #include "net/address.h"
@@ -308,6 +309,15 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   }
   Impl* raw = context->impl_.get();
   context->impl_->control_thread = std::thread([raw] { raw->WatchControlStream(); });
+  const ContextConfig& c = context->impl_->config;
+  ClientLog().info(
+      "rank {} of {} in {}: data to {} ({} port{}), transport {} (offload: {}), {} elements per "
+      "packet, {} slots, {} thread{}, window {}, results by {}, authentication {}",
+      c.rank, c.world_size, context->impl_->job, net::FormatAddress(data), ports.size(),
+      ports.size() == 1 ? "" : "s", transport->name(), context->offload(), c.elements_per_packet,
+      a.pool_slots(), c.threads, c.threads == 1 ? "" : "s",
+      c.window_slots == 0 ? std::string("measured") : std::to_string(c.window_slots),
+      groups.empty() ? "unicast" : "host-local multicast", secret ? "on" : "off");
   return context;
 }
 

@@ -6,6 +6,8 @@
 #include <cassert>
 #include <chrono>
 
+#include "client/client_log.h"
+#include "net/address.h"
 #include "wire/wire_format.h"
 
 namespace switchml {
@@ -50,7 +52,9 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
                            std::unique_ptr<transport::Endpoint> group,
                            const std::optional<net::PacketAuthenticator>& auth,
                            std::chrono::microseconds busy_poll)
-    : engine_(engine),
+    : rank_(engine.rank.value()),
+      first_slot_(engine.slot_offset),
+      engine_(engine),
       endpoint_(std::move(endpoint)),
       group_(std::move(group)),
       offload_(endpoint_->offload()),
@@ -108,10 +112,22 @@ void WorkerThread::DrainMailbox() {
       continue;
     }
     std::shared_ptr<Work> job = r.job;
-    auto id = engine_.Submit(r.in, r.out, r.count, r.dtype, [this, job](OpId, const Status& s) {
-      PublishCounters();  // a waiter then sees this op's counts
-      job->PartDone(s);
-    });
+    const Nanos started = Now();
+    const uint64_t resent = engine_.counters().retransmissions;
+    const size_t count = r.count;
+    auto id = engine_.Submit(r.in, r.out, r.count, r.dtype,
+                             [this, job, started, resent, count](OpId op, const Status& s) {
+                               PublishCounters();  // a waiter then sees this op's counts
+                               if (ClientLog().should_log(spdlog::level::debug)) {
+                                 ClientLog().debug(
+                                     "rank {} slots {}+: operation {} of {} elements: {} in "
+                                     "{:.3f} ms, {} retransmissions",
+                                     rank_, first_slot_, op, count, s.ToString(),
+                                     double((Now() - started).count()) * 1e-6,
+                                     engine_.counters().retransmissions - resent);
+                               }
+                               job->PartDone(s);
+                             });
     if (!id.ok()) job->PartDone(id.status());
   }
 }
@@ -139,6 +155,7 @@ void WorkerThread::Run() {
       if (unicast + multicast == 0) break;
     }
     PublishCounters();
+    WarnOnSustainedRetransmission(Now());
   }
   // Fail whatever is left (Stop() queued the failure before stopping us).
   DrainMailbox();
@@ -150,15 +167,51 @@ size_t WorkerThread::ReceiveBatch(transport::Endpoint& from, BatchSink& sink) {
   // Counted before they are handled: an operation they complete publishes it.
   if (&from == group_.get()) multicast_received_ += batch.size();
   const Nanos now = Now();
+  const bool trace = ClientLog().should_log(spdlog::level::trace);
   for (const transport::Datagram& d : batch) {
     if (auth_ && !auth_->Verify(d.bytes)) {
       ++auth_failures_;  // forged, corrupted or from another registration
+      if (trace) ClientLog().trace("rank {}: dropped a datagram whose MAC fails", rank_);
       continue;
     }
+    if (trace) TracePacket(d);
     engine_.OnPacket(d.bytes, now, sink);
   }
   sink.Flush();
   return batch.size();
+}
+
+void WorkerThread::TracePacket(const transport::Datagram& d) const {
+  PacketView view;
+  const DecodeError e = DecodePacket(d.bytes, &view);
+  if (e != DecodeError::kOk) {
+    ClientLog().trace("rank {}: {} bytes from {}: undecodable ({})", rank_, d.bytes.size(),
+                      net::FormatAddress(*d.source), DecodeErrorName(e));
+    return;
+  }
+  ClientLog().trace("rank {}: {} from {}: job {} chunk {} slot {} version {}, {} elements", rank_,
+                    view.header.type == MessageType::kPending ? "pending" : "result",
+                    net::FormatAddress(*d.source), view.header.job, view.header.chunk,
+                    view.header.slot, int(view.header.version), view.header.element_count);
+}
+
+void WorkerThread::WarnOnSustainedRetransmission(Nanos now) {
+  constexpr Nanos kWindow = std::chrono::seconds(5);
+  if (now - window_start_ < kWindow) return;
+  const WorkerEngineCounters c = engine_.counters();
+  const uint64_t sent = c.packets_sent - window_sent_;
+  const uint64_t resent = c.retransmissions - window_resent_;
+  // More than 5% of a busy window's packets sent again: loss on the path,
+  // or a switch too slow for the window.
+  if (sent >= 1000 && resent * 20 > sent) {
+    ClientLog().warn(
+        "rank {} slots {}+: {} of the last {} packets ({:.1f}%) were retransmissions (loss on "
+        "the path to the switch, or a switch that cannot keep up?)",
+        rank_, first_slot_, resent, sent, 100.0 * double(resent) / double(sent));
+  }
+  window_start_ = now;
+  window_sent_ = c.packets_sent;
+  window_resent_ = c.retransmissions;
 }
 
 void WorkerThread::PublishCounters() {

@@ -63,9 +63,15 @@ class WorkerThread {
   void Run();
   void DrainMailbox();     // on the thread
   void PublishCounters();  // engine counters into the atomics AddCounters reads
+  // SWITCHML_LOG_LEVEL=trace: one line per received datagram.
+  void TracePacket(const transport::Datagram& d) const;
+  // A warning when a 5 s window's retransmissions exceed 5% of its packets.
+  void WarnOnSustainedRetransmission(Nanos now);
   // Receives and handles one batch from `from`; returns the datagrams received.
   size_t ReceiveBatch(transport::Endpoint& from, BatchSink& sink);
 
+  const uint32_t rank_;
+  const uint32_t first_slot_;  // names the thread in logs
   WorkerEngine engine_;
   std::unique_ptr<transport::Endpoint> endpoint_;
   std::unique_ptr<transport::Endpoint> group_;  // or null
@@ -78,7 +84,9 @@ class WorkerThread {
   std::atomic<bool> stop_{false};
 
   Mailbox<Request> mailbox_;
-  Status failure_;  // the first Fail()ure taken; applies to everything after (thread only)
+  Status failure_;         // the first Fail()ure taken; applies to everything after (thread only)
+  Nanos window_start_{0};  // of WarnOnSustainedRetransmission's window (thread only)
+  uint64_t window_sent_ = 0, window_resent_ = 0;
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, fast_retransmissions_{0},
       results_accepted_{0}, duplicates_{0}, invalid_{0}, multicast_received_total_{0};
