@@ -71,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--transport", config.transport,
                  "how data packets travel: udp (kernel UDP sockets) or af_xdp (AF_XDP sockets, "
                  "kernel bypass; needs root)");
+  app.add_option("--metrics-address", config.metrics_address,
+                 "serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics); empty: off");
   app.add_option("--interface", config.interface,
                  "af_xdp: the network interface (default: the one holding --bind)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");

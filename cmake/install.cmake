@@ -23,7 +23,7 @@ add_library(switchml SHARED ${SWITCHML_OBJECTS})
 add_library(switchml_static STATIC ${SWITCHML_OBJECTS})
 foreach(lib switchml switchml_static)
   target_link_libraries(${lib} PRIVATE protobuf::libprotobuf gRPC::grpc++ spdlog::spdlog
-    PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads)
+    PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads prometheus-cpp::pull)
   if(SWITCHML_HAVE_AF_XDP)
     target_link_libraries(${lib} PRIVATE PkgConfig::XDP)
   endif()
@@ -56,7 +56,7 @@ install(EXPORT switchmlStaticTargets NAMESPACE switchml::
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/switchml)
 # What the static library links beyond itself (its pkg-config Requires, and
 # what find_package(switchml COMPONENTS static) finds).
-set(SWITCHML_STATIC_REQUIRES "grpc++ protobuf spdlog tomlplusplus libsodium")
+set(SWITCHML_STATIC_REQUIRES "grpc++ protobuf spdlog tomlplusplus libsodium prometheus-cpp-pull")
 if(SWITCHML_HAVE_AF_XDP)
   string(APPEND SWITCHML_STATIC_REQUIRES " libxdp libbpf")
   set(SWITCHML_STATIC_NEEDS_XDP TRUE)

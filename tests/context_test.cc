@@ -238,8 +238,9 @@ TEST(ContextResultMulticast, WorksWithASwitchOnTheWildcardAddress) {
     EXPECT_EQ(contexts[r]->counters().invalid, 0u);
   });
   // The switch's own socket, on 0.0.0.0, takes in none of its multicasts.
-  EXPECT_EQ(sw.value()->PrometheusText().find("switchml_decode_errors_total"), std::string::npos);
-  EXPECT_EQ(sw.value()->PrometheusText().find("switchml_drops_total"), std::string::npos)
+  EXPECT_EQ(sw.value()->PrometheusText().find("\nswitchml_decode_errors_total{"),
+            std::string::npos);
+  EXPECT_EQ(sw.value()->PrometheusText().find("\nswitchml_drops_total{"), std::string::npos)
       << sw.value()->PrometheusText();
 }
 

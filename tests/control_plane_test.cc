@@ -4,14 +4,21 @@
 // shards in one step.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <map>
 #include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "net/address.h"
 #include "switch/data_plane_target.h"
 #include "switch/join_request.h"
 #include "switch/software_target.h"
+#include "switchml/context.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
 #include "transport/sim/sim_fabric.h"
@@ -264,6 +271,143 @@ TEST(DataPlaneCounters, AddUpEveryCounter) {
   for (const EventCounter& e : kEventCounters) EXPECT_EQ(a.*e.field, 3u) << e.name;
   EXPECT_EQ(a.drops[1], 7u);
   EXPECT_EQ(a.decode_errors[2], 5u);
+}
+
+// A strict reader of the Prometheus text format (0.0.4): every family has
+// HELP then TYPE before its samples, appears once and contiguously, counters
+// end in _total and gauges do not, sample lines parse. Returns "" or the
+// first problem; fills `samples` (the line without its value -> value).
+std::string CheckExposition(const std::string& text, std::map<std::string, double>* samples) {
+  static const std::regex kSample(
+      R"re(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")re"
+      R"re((,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")*\})? (\S+)$)re");
+  std::set<std::string> seen;
+  std::string family, type;
+  bool have_help = false;
+  std::istringstream lines(text);
+  int n = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++n;
+    const std::string where = "line " + std::to_string(n) + " '" + line + "': ";
+    if (line.rfind("# HELP ", 0) == 0) {
+      family = line.substr(7, line.find(' ', 7) - 7);
+      if (!seen.insert(family).second) return where + "family again";
+      have_help = true;
+      type.clear();
+    } else if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream f(line.substr(7));
+      std::string name;
+      f >> name >> type;
+      if (!have_help || name != family) return where + "TYPE without its HELP";
+      if (type != "counter" && type != "gauge" && type != "summary" && type != "histogram") {
+        return where + "unknown type";
+      }
+      const bool total = name.size() > 6 && name.substr(name.size() - 6) == "_total";
+      if (name.rfind("switchml_", 0) == 0 && total != (type == "counter")) {
+        return where + "counters end in _total, and only they";
+      }
+    } else {
+      std::smatch m;
+      if (!std::regex_match(line, m, kSample)) return where + "not a sample";
+      std::string name = m[1].str();
+      if (type == "summary" || type == "histogram") {
+        for (const char* suffix : {"_sum", "_count", "_bucket"}) {
+          const std::string s = suffix;
+          if (name.size() > s.size() && name.substr(name.size() - s.size()) == s) {
+            name = name.substr(0, name.size() - s.size());
+          }
+        }
+      }
+      if (type.empty() || name != family) return where + "a sample outside its family";
+      const std::string value = m[m.size() - 1].str();
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (*end != '\0' && value != "Nan") return where + "not a number";
+      (*samples)[line.substr(0, line.rfind(' '))] = v;
+    }
+  }
+  return "";
+}
+
+// GET /metrics from 127.0.0.1:port; the body, or "" on any failure.
+std::string Scrape(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a = net::ParseAddress("127.0.0.1", port).value();
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != ssize_t(request.size())) return "";
+  std::string response;
+  char buffer[4096];
+  for (ssize_t got; (got = read(fd, buffer, sizeof(buffer))) > 0;)
+    response.append(buffer, size_t(got));
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  if (response.rfind("HTTP/1.1 200", 0) != 0 && response.rfind("HTTP/1.0 200", 0) != 0) return "";
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+TEST(SwitchMetrics, ServedOverHttpInStrictExpositionFormatAndTotalsOutliveJobs) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.data_port = 0;
+  config.metrics_address = "127.0.0.1:0";
+  auto sw = SwitchServer::Start(config);
+  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
+  ASSERT_NE(sw.value()->metrics_port(), 0);
+  std::vector<std::unique_ptr<Context>> contexts(2);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      ContextConfig c;
+      c.switch_address = "127.0.0.1:" + std::to_string(sw.value()->control_port());
+      c.job_name = "scraped";
+      c.rank = r;
+      c.world_size = 2;
+      contexts[r] = std::move(Context::Start(c)).value();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::vector<int32_t> data(10000, 1);
+  std::vector<std::thread> reduce;
+  for (auto& c : contexts) {
+    reduce.emplace_back([&c] {
+      std::vector<int32_t> mine(10000, 1);
+      ASSERT_TRUE(c->AllReduce(mine.data(), mine.data(), mine.size(), DType::kInt32).ok());
+    });
+  }
+  for (auto& t : reduce) t.join();
+
+  std::map<std::string, double> during;
+  const std::string text = Scrape(sw.value()->metrics_port());
+  ASSERT_FALSE(text.empty());
+  ASSERT_EQ(CheckExposition(text, &during), "") << text;
+  EXPECT_GT(during["switchml_contributions_total"], 0) << text;
+  const std::string job = "{job=\"scraped\",id=\"";
+  bool per_job = false;
+  for (const auto& [sample, value] : during) {
+    per_job |= sample.rfind("switchml_job_contributions_total" + job, 0) == 0 && value > 0;
+  }
+  EXPECT_TRUE(per_job) << text;
+  // switchml-ctl's text is the same, and as strict.
+  std::map<std::string, double> ctl;
+  EXPECT_EQ(CheckExposition(sw.value()->PrometheusText(), &ctl), "");
+
+  for (auto& c : contexts) c->Stop();
+  std::map<std::string, double> after;
+  std::string later;
+  for (int i = 0; i < 100; ++i) {  // the switch ends the job as the ranks leave
+    after.clear();
+    later = Scrape(sw.value()->metrics_port());
+    ASSERT_EQ(CheckExposition(later, &after), "") << later;
+    if (after["switchml_jobs"] == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(after["switchml_jobs"], 0) << later;
+  // The totals count on after the job's end; its own series are gone.
+  EXPECT_EQ(after["switchml_contributions_total"], during["switchml_contributions_total"]);
+  EXPECT_EQ(later.find("switchml_job_contributions_total{"), std::string::npos) << later;
 }
 
 }  // namespace

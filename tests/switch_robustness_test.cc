@@ -33,9 +33,9 @@ size_t ResidentBytes() {
   return resident * size_t(sysconf(_SC_PAGESIZE));
 }
 
-// The value of one Prometheus sample, or -1.
+// The value of one Prometheus sample (a line "NAME VALUE"), or -1.
 int64_t Metric(const std::string& text, const std::string& name) {
-  const size_t at = text.find(name + " ");
+  const size_t at = ("\n" + text).find("\n" + name + " ");
   return at == std::string::npos ? -1 : std::stoll(text.substr(at + name.size() + 1));
 }
 

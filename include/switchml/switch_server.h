@@ -51,6 +51,9 @@ struct SwitchConfig {
   std::string transport = "udp";
   // af_xdp: the network interface (empty: the one holding bind_address).
   std::string interface;
+  // Serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics; port 0:
+  // a free one, see metrics_port()); empty: off.
+  std::string metrics_address;
 
   Status Validate() const;
   // Validate(), for a switch whose jobs run on a data plane outside this
@@ -90,6 +93,8 @@ class SwitchServer {
   std::vector<uint16_t> result_ports() const;
   // The counters a `switchml-ctl stats` prints, in Prometheus text format.
   std::string PrometheusText();
+  // The port of the metrics endpoint (0: metrics_address is empty).
+  uint16_t metrics_port() const;
 
  private:
   struct Impl;

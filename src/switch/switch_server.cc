@@ -1,12 +1,15 @@
 #include "switchml/switch_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
 #include <spdlog/spdlog.h>
 
 #include <mutex>
 
 #include "net/address.h"
 #include "switch/control_service.h"
+#include "switch/metrics.h"
 #include "switch/software_target.h"
 #include "switch/stats_format.h"
 #include "transport/transport.h"
@@ -29,8 +32,12 @@ struct SwitchServer::Impl {
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
   uint16_t control_port = 0;
+  std::shared_ptr<prometheus::Collectable> metrics;  // the exposer holds a weak pointer
+  std::unique_ptr<prometheus::Exposer> exposer;
+  uint16_t metrics_port = 0;
   std::once_flag stop_once;
 
+  Status ServeMetrics(const std::string& address);
   // Serves the control plane over `target`; Start()s a software target.
   static StatusOr<std::unique_ptr<SwitchServer>> Serve(const SwitchConfig& config,
                                                        std::unique_ptr<DataPlaneTarget> target,
@@ -93,6 +100,41 @@ Status SwitchConfig::ValidateWithoutSoftwareDataPlane() const {
   return Status::Ok();
 }
 
+namespace {
+
+// The metrics endpoint's source: a fresh snapshot of the service's stats on
+// every scrape.
+class SwitchCollectable final : public prometheus::Collectable {
+ public:
+  explicit SwitchCollectable(ControlService* service) : service_(service) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    return MetricFamilies(service_->CollectStats());
+  }
+
+ private:
+  ControlService* service_;
+};
+
+}  // namespace
+
+Status SwitchServer::Impl::ServeMetrics(const std::string& address) {
+  auto parsed = net::ParseAddress(address, 0);
+  if (!parsed.ok()) return InvalidArgument("metrics_address: " + parsed.status().message());
+  const std::string bind = net::FormatAddress(parsed.value());
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(bind, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return InvalidArgument("cannot serve metrics on " + bind + ": " + e.what() +
+                           " (port in use? pick another with --metrics-address)");
+  }
+  metrics = std::make_shared<SwitchCollectable>(service.get());
+  exposer->RegisterCollectable(metrics);
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  metrics_port = ports.empty() ? 0 : uint16_t(ports[0]);
+  spdlog::info("metrics at http://{}:{}/metrics", bind.substr(0, bind.rfind(':')), metrics_port);
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
   // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
@@ -148,6 +190,9 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
                            " (port in use? pick another with --control-port)");
   }
   impl->control_port = uint16_t(selected);
+  if (!config.metrics_address.empty()) {
+    if (Status s = impl->ServeMetrics(config.metrics_address); !s.ok()) return s;
+  }
   const std::string listen_host = listen.substr(0, listen.rfind(':'));
   if (software == nullptr) {
     spdlog::info("switch control listening on {}:{} (gRPC); jobs run on the {} data plane at {}:{}",
@@ -172,6 +217,7 @@ SwitchServer::~SwitchServer() { Stop(); }
 
 void SwitchServer::Stop() {
   std::call_once(impl_->stop_once, [this] {
+    impl_->exposer.reset();  // no scrape runs past here
     impl_->service->EndAll("the switch is shutting down");
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     impl_->server->Wait();
@@ -181,6 +227,7 @@ void SwitchServer::Stop() {
 }
 
 uint16_t SwitchServer::control_port() const { return impl_->control_port; }
+uint16_t SwitchServer::metrics_port() const { return impl_->metrics_port; }
 uint16_t SwitchServer::data_port() const { return impl_->target->data_ports()[0]; }
 std::vector<uint16_t> SwitchServer::data_ports() const { return impl_->target->data_ports(); }
 
