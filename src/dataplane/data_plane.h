@@ -89,18 +89,23 @@ struct DataPlaneCounters {
 };
 
 // The event counters of DataPlaneCounters in one list: each under the name
-// the control protocol (control.v1.Counters) and the metrics give it, in the
-// order of the P4 programs' EVENT_* indexes (p4/common/constants.p4).
+// the control protocol (control.v1.Counters) and the metrics give it, with
+// the metrics' help text, in the order of the P4 programs' EVENT_* indexes
+// (p4/common/constants.p4).
 struct EventCounter {
   const char* name;
   uint64_t DataPlaneCounters::*field;
+  const char* help;
 };
 inline constexpr EventCounter kEventCounters[] = {
-    {"packets", &DataPlaneCounters::packets},
-    {"contributions", &DataPlaneCounters::contributions},
-    {"slots_completed", &DataPlaneCounters::slots_completed},
-    {"results_resent", &DataPlaneCounters::results_resent},
-    {"pending_replies", &DataPlaneCounters::pending_replies},
+    {"packets", &DataPlaneCounters::packets, "packets the data plane processed"},
+    {"contributions", &DataPlaneCounters::contributions, "contributions added into a slot"},
+    {"slots_completed", &DataPlaneCounters::slots_completed,
+     "aggregations completed (results sent to every worker)"},
+    {"results_resent", &DataPlaneCounters::results_resent,
+     "results sent again to one worker (its retransmission)"},
+    {"pending_replies", &DataPlaneCounters::pending_replies,
+     "retransmissions answered with 'pending'"},
 };
 
 class DataPlane {

@@ -15,17 +15,6 @@ using prometheus::MetricFamily;
 using prometheus::MetricType;
 using Labels = std::vector<ClientMetric::Label>;
 
-// What each event counter counts, for the help texts.
-const std::map<std::string, std::string>& EventHelp() {
-  static const std::map<std::string, std::string> help = {
-      {"packets", "packets the data plane processed"},
-      {"contributions", "contributions added into a slot"},
-      {"slots_completed", "aggregations completed (results sent to every worker)"},
-      {"results_resent", "results sent again to one worker (its retransmission)"},
-      {"pending_replies", "retransmissions answered with 'pending'"}};
-  return help;
-}
-
 class Families {
  public:
   // The family `name`, created on first use (families keep their first
@@ -61,8 +50,7 @@ void AddCounters(Families& f, const std::string& prefix, const std::string& whos
   const auto* fields = c.GetDescriptor();
   for (const EventCounter& e : kEventCounters) {
     const uint64_t v = c.GetReflection()->GetUInt64(c, fields->FindFieldByName(e.name));
-    f.Add(prefix + e.name + "_total", MetricType::Counter, EventHelp().at(e.name) + whose, labels,
-          double(v));
+    f.Add(prefix + e.name + "_total", MetricType::Counter, e.help + whose, labels, double(v));
   }
   // Declared even when nothing was dropped, so the family is always there.
   f.Family(prefix + "drops_total", MetricType::Counter,
