@@ -42,10 +42,14 @@ StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_por
   return a;
 }
 
-std::string FormatAddress(const sockaddr_in& a) {
+std::string FormatIp(in_addr a) {
   char ip[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
-  return std::string(ip) + ":" + std::to_string(ntohs(a.sin_port));
+  inet_ntop(AF_INET, &a, ip, sizeof(ip));
+  return ip;
+}
+
+std::string FormatAddress(const sockaddr_in& a) {
+  return FormatIp(a.sin_addr) + ":" + std::to_string(ntohs(a.sin_port));
 }
 
 }  // namespace switchml::net

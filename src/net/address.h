@@ -19,6 +19,7 @@ StatusOr<sockaddr_in> ParseAddress(const std::string& text, uint16_t default_por
                                    HostNames names = HostNames::kResolve);
 
 std::string FormatAddress(const sockaddr_in& a);  // "1.2.3.4:5"
+std::string FormatIp(in_addr a);                  // "1.2.3.4"
 
 inline bool SameAddress(const sockaddr_in& a, const sockaddr_in& b) {
   return a.sin_addr.s_addr == b.sin_addr.s_addr && a.sin_port == b.sin_port;

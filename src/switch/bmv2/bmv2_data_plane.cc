@@ -27,12 +27,6 @@ constexpr const char* kReplicas = "SwitchmlEgress.result_replicas";
 constexpr const char* kDrops = "SwitchmlIngress.switchml_drops";
 constexpr const char* kEvents = "SwitchmlIngress.switchml_events";
 
-std::string Ip(in_addr a) {
-  char text[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &a, text, sizeof(text));
-  return text;
-}
-
 bool IsMac(const std::string& mac) {
   static const std::regex pattern("^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$");
   return std::regex_match(mac, pattern);
@@ -216,8 +210,8 @@ Status Bmv2DataPlane::Setup() {
     if (auto e = AddEntry(kL2, "SwitchmlIngress.l2_forward", h.mac, port, nullptr); !e.ok()) {
       return e.status();
     }
-    if (auto e = AddEntry(kRoutes, "SwitchmlIngress.route", Ip(h.ip) + "/32", port + " " + h.mac,
-                          nullptr);
+    if (auto e = AddEntry(kRoutes, "SwitchmlIngress.route", net::FormatIp(h.ip) + "/32",
+                          port + " " + h.mac, nullptr);
         !e.ok()) {
       return e.status();
     }
@@ -313,7 +307,7 @@ Status Bmv2DataPlane::Install(const JobInstall& install) {
       if (host == nullptr) {
         return fail(InvalidArgument(net::FormatAddress(a) + " is not in the bmv2 hosts file"));
       }
-      const std::string ip = Ip(a.sin_addr), port = std::to_string(ntohs(a.sin_port));
+      const std::string ip = net::FormatIp(a.sin_addr), port = std::to_string(ntohs(a.sin_port));
       auto sender = AddEntry(kSenders, "SwitchmlIngress.set_sender",
                              job_key + " " + std::to_string(rank) + " " + ip + " " + port,
                              lo + " " + hi + " " + std::to_string(group), &installed);

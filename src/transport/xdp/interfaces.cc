@@ -15,14 +15,10 @@
 #include <sstream>
 #include <thread>
 
+#include "net/address.h"
+
 namespace switchml::transport::xdp {
 namespace {
-
-std::string Ip(in_addr a) {
-  char text[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &a, text, sizeof(text));
-  return text;
-}
 
 std::optional<Mac> ParseMac(const std::string& text) {
   Mac mac{};
@@ -114,7 +110,7 @@ StatusOr<Interface> FindInterface(const std::string& name, in_addr address) {
   if (found.name.empty()) {
     return InvalidArgument(
         name.empty()
-            ? "af_xdp: no interface holds the address " + Ip(address) +
+            ? "af_xdp: no interface holds the address " + net::FormatIp(address) +
                   "; name the interface (interface = \"eth0\", SWITCHML_INTERFACE, --interface)"
             : "af_xdp: no interface '" + name.substr(0, 64) +
                   "' with an IPv4 address; check `ip -4 addr` and --interface");
@@ -159,10 +155,10 @@ StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms) 
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return Status(StatusCode::kFailedPrecondition, "af_xdp: the kernel has no neighbour entry for " +
-                                                     Ip(hop) + " on " + interface.name + " (is " +
-                                                     Ip(peer) + " reachable? try `ping " +
-                                                     Ip(peer) + "`)");
+  return Status(StatusCode::kFailedPrecondition,
+                "af_xdp: the kernel has no neighbour entry for " + net::FormatIp(hop) + " on " +
+                    interface.name + " (is " + net::FormatIp(peer) + " reachable? try `ping " +
+                    net::FormatIp(peer) + "`)");
 }
 
 }  // namespace switchml::transport::xdp
