@@ -22,6 +22,7 @@
 #include "transport/udp/udp_transport.h"
 #include "transport/xdp/frames.h"
 #include "transport/xdp/interfaces.h"
+#include "wire/wire_format.h"
 
 // redirect.bpf.c, compiled by the build and embedded (redirect_bpf_object.cc).
 extern const unsigned char kSwitchmlRedirectBpfObject[];
@@ -35,6 +36,9 @@ constexpr uint32_t kRingSize = 2048;
 // Half the frames receive (all of them in the fill ring at first), half send.
 constexpr uint32_t kFrames = 2 * kRingSize;
 constexpr uint32_t kLearnedMacs = 1024;  // a power of two
+// The configuration's limit is the largest packet size that fits a frame.
+static_assert(MaxPacketBytes(kMaxAfXdpElementsPerPacket) <= kMaxDatagramBytes &&
+              MaxPacketBytes(2 * kMaxAfXdpElementsPerPacket) > kMaxDatagramBytes);
 
 std::string Errno(int error) { return std::strerror(error < 0 ? -error : error); }
 
@@ -205,6 +209,7 @@ class AfXdpEndpoint final : public Endpoint {
     free_tx_.reserve(kRingSize);
     for (uint32_t f = kRingSize; f < kFrames; ++f) free_tx_.push_back(uint64_t(f) * kFrameBytes);
     held_.reserve(kRingSize);
+    scratch_.resize(kMaxDatagramBytes);  // where Claim() writes when no frame is free
     Reconfigure(options);
     if (Status s = attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr); !s.ok()) return s;
     port_added_ = true;
@@ -243,15 +248,14 @@ class AfXdpEndpoint final : public Endpoint {
 
   std::span<uint8_t> Claim() override {
     if (free_tx_.empty()) Flush();
+    const size_t room = std::min(options_.max_datagram_bytes, kMaxDatagramBytes);
     if (free_tx_.empty()) {
-      claimed_ = kNone;
-      scratch_.resize(kMaxDatagramBytes);  // once; the send then counts as dropped
-      return {scratch_.data(), std::min(options_.max_datagram_bytes, kMaxDatagramBytes)};
+      claimed_ = kNone;  // Commit() counts the send as dropped
+      return {scratch_.data(), room};
     }
     claimed_ = free_tx_.back();
     free_tx_.pop_back();
-    return {Frame(claimed_) + kHeaderBytes,
-            std::min(options_.max_datagram_bytes, kMaxDatagramBytes)};
+    return {Frame(claimed_) + kHeaderBytes, room};
   }
 
   void Commit(size_t bytes, const Address* dest) override {
@@ -270,7 +274,6 @@ class AfXdpEndpoint final : public Endpoint {
     }
     std::span<uint8_t> buffer = Claim();
     if (claimed_ == kNone) {
-      claimed_ = kNone;
       ++counters_.send_dropped;
       return;
     }
@@ -448,8 +451,8 @@ StatusOr<std::unique_ptr<Endpoint>> AfXdpTransport::Open(const Address& requeste
   if (options.claim_buffers && options.max_datagram_bytes > kMaxDatagramBytes) {
     return InvalidArgument("af_xdp carries datagrams of at most " +
                            std::to_string(kMaxDatagramBytes) + " bytes (4 KiB frames), not " +
-                           std::to_string(options.max_datagram_bytes) +
-                           "; use at most 512 elements per packet");
+                           std::to_string(options.max_datagram_bytes) + "; use at most " +
+                           std::to_string(kMaxAfXdpElementsPerPacket) + " elements per packet");
   }
   auto interface = FindInterface(interface_, requested.sin_addr);
   if (!interface.ok()) return interface.status();
