@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "quantize/quantize.h"
 
@@ -78,7 +80,10 @@ Verification VerifyFloat(const float* out, size_t count, uint64_t seed, uint32_t
                  const double bound = quantized ? quantization : magnitude * 0x1p-24 * world;
                  v.max_abs_error = std::max(v.max_abs_error, std::isnan(error) ? INFINITY : error);
                  v.error_bound = std::max(v.error_bound, bound);
-                 if (!(error <= bound)) v.within_bound = false;
+                 if (!(error <= bound)) {
+                   v.within_bound = false;
+                   ++v.wrong;
+                 }
                });
   }
   return v;
@@ -91,6 +96,7 @@ Verification VerifyInt32(const int32_t* out, size_t count, uint64_t seed, uint32
     for (uint32_t r = 0; r < world; ++r) sum += uint32_t(Hash(seed, r, i));
     if (int32_t(sum) != out[i]) {
       v.within_bound = false;
+      ++v.wrong;
       v.max_abs_error = std::max(v.max_abs_error, std::fabs(double(int32_t(sum)) - out[i]));
     }
   }
@@ -165,6 +171,16 @@ std::string ReadAll(int fd) {
   return out;
 }
 
+std::string FindInPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
 std::string SelfDirectory() {
   char path[4096];
   const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
@@ -204,10 +220,12 @@ nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t 
   };
 }
 
-int RunLocalWorkers(uint32_t world,
-                    const std::function<std::vector<std::string>(uint32_t)>& argv_of) {
+int CollectLocalWorkers(uint32_t world,
+                        const std::function<std::vector<std::string>(uint32_t)>& argv_of,
+                        std::vector<nlohmann::json>* results) {
   // A reader that goes away must not kill us before we stop our children.
   signal(SIGPIPE, SIG_IGN);
+  results->clear();
   std::vector<pid_t> pids(world);
   std::vector<int> fds(world);
   for (uint32_t r = 0; r < world; ++r) {
@@ -226,36 +244,75 @@ int RunLocalWorkers(uint32_t world,
       failed = 1;
     }
   }
-  std::vector<nlohmann::json> results;
+  // Every rank's result lines, in order.
+  std::vector<std::vector<nlohmann::json>> lines(world);
   for (uint32_t r = 0; r < world; ++r) {
-    const std::string& out = outputs[r];
-    const size_t last = out.find_last_of('{') == std::string::npos ? 0 : out.rfind("\n{");
-    try {
-      results.push_back(nlohmann::json::parse(out.substr(last == std::string::npos ? 0 : last)));
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "worker %u printed no result\n", r);
+    std::istringstream out(outputs[r]);
+    for (std::string line; std::getline(out, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      try {
+        lines[r].push_back(nlohmann::json::parse(line));
+      } catch (const std::exception&) {
+        std::fprintf(stderr, "worker %u printed a malformed result: %s\n", r, line.c_str());
+        return 1;
+      }
+    }
+    if (lines[r].empty() || lines[r].size() != lines[0].size()) {
+      std::fprintf(stderr, "worker %u printed %zu results, worker 0 %zu\n", r, lines[r].size(),
+                   lines[0].size());
       return 1;
     }
   }
-  bool identical = true, verified = true;
-  for (const auto& j : results) {
-    identical = identical && j.value("result_digest", "") == results[0].value("result_digest", "");
-    verified = verified && j.value("within_bound", false);
+  bool passed = !failed;
+  for (size_t k = 0; k < lines[0].size(); ++k) {
+    bool identical = true;
+    for (uint32_t r = 0; r < world; ++r) {
+      identical = identical &&
+                  lines[r][k].value("result_digest", "") == lines[0][k].value("result_digest", "");
+      passed = passed && lines[r][k].value("within_bound", false);
+    }
+    passed = passed && identical;
+    nlohmann::json j = lines[0][k];
+    j["ranks_identical"] = identical;
+    results->push_back(std::move(j));
   }
-  nlohmann::json summary = results[0];
-  summary["ranks_identical"] = identical;
+  return passed ? 0 : 1;
+}
+
+void PrintLocalSummary(uint32_t world, const std::vector<nlohmann::json>& results, bool passed) {
+  if (results.empty()) return;
+  const nlohmann::json& first = results.front();
+  const char* verdict = passed ? "PASS" : "FAIL";
+  bool identical = true;
+  for (const auto& j : results) identical = identical && j.value("ranks_identical", false);
+  if (results.size() == 1) {
+    std::fprintf(stderr,
+                 "%s: %s: %u workers all-reduced %.1f MiB of %s: median %.4f s (min %.4f, max "
+                 "%.4f), %.2f Gbit/s goodput; max |error| %.3g, bound %.3g; ranks bitwise "
+                 "identical: %s\n",
+                 verdict, first.value("system", "?").c_str(), world,
+                 first.value("bytes", 0.0) / (1 << 20), first.value("dtype", "?").c_str(),
+                 first.value("median_s", 0.0), first.value("min_s", 0.0), first.value("max_s", 0.0),
+                 first.value("goodput_gbps", 0.0), first.value("max_abs_error", 0.0),
+                 first.value("error_bound", 0.0), identical ? "yes" : "no");
+    return;
+  }
   std::fprintf(stderr,
-               "%s: %s: %u workers all-reduced %.1f MiB of %s: median %.4f s (min %.4f, max %.4f), "
-               "%.2f Gbit/s goodput; max |error| %.3g, bound %.3g; ranks bitwise identical: %s\n",
-               verified && identical ? "PASS" : "FAIL", summary.value("system", "?").c_str(), world,
-               summary.value("bytes", 0.0) / (1 << 20), summary.value("dtype", "?").c_str(),
-               summary.value("median_s", 0.0), summary.value("min_s", 0.0),
-               summary.value("max_s", 0.0), summary.value("goodput_gbps", 0.0),
-               summary.value("max_abs_error", 0.0), summary.value("error_bound", 0.0),
-               identical ? "yes" : "no");
-  std::printf("%s\n", summary.dump().c_str());
+               "%s: %s: %u workers all-reduced %zu sizes of %s, %llu to %llu bytes; ranks bitwise "
+               "identical: %s\n",
+               verdict, first.value("system", "?").c_str(), world, results.size(),
+               first.value("dtype", "?").c_str(), first.value("bytes", 0ull),
+               results.back().value("bytes", 0ull), identical ? "yes" : "no");
+}
+
+int RunLocalWorkers(uint32_t world,
+                    const std::function<std::vector<std::string>(uint32_t)>& argv_of) {
+  std::vector<nlohmann::json> results;
+  const int rc = CollectLocalWorkers(world, argv_of, &results);
+  PrintLocalSummary(world, results, rc == 0);
+  for (const auto& j : results) std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
-  return failed || !identical || !verified ? 1 : 0;
+  return rc;
 }
 
 }  // namespace switchml::bench

@@ -23,6 +23,7 @@ struct Verification {
   double max_abs_error = 0;  // against the exact sum (double or wrapping int32)
   double error_bound = 0;    // the largest per-element documented bound (0 for int32)
   bool within_bound = true;  // every element within its own bound
+  uint64_t wrong = 0;        // elements out of their bound (int32: not exact)
 };
 // Regenerates every rank's input and checks `out` element by element.
 // `block` is the quantization block (elements per packet) for the bound;
@@ -47,6 +48,8 @@ pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd, bool with_stde
 int WaitFor(pid_t pid);
 // Reads everything from `fd` and closes it.
 std::string ReadAll(int fd);
+// The path of program `name` in $PATH, or "" when none.
+std::string FindInPath(const std::string& name);
 // The directory holding the running executable.
 std::string SelfDirectory();
 
@@ -66,9 +69,19 @@ nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t 
                           const std::string& digest);
 
 // Runs `world` worker processes, worker r started as argv_of(r), and waits
-// for all. Each must print one JSON object as its last stdout line. Prints
-// rank 0's object with "ranks_identical" (all result digests equal) added, and
-// returns 0 when every worker succeeded and verified.
+// for all. Each prints one JSON object per line (a result per size) on
+// stdout, the same number of them. Collects rank 0's objects, each with
+// "ranks_identical" (the result digests of every rank equal) added, and
+// returns 0 when every worker succeeded and verified, 1 (or 2 when one
+// could not start) otherwise.
+int CollectLocalWorkers(uint32_t world,
+                        const std::function<std::vector<std::string>(uint32_t)>& argv_of,
+                        std::vector<nlohmann::json>* results);
+// One line on stderr: PASS or FAIL, what ran, the times (one size) or the
+// sizes swept.
+void PrintLocalSummary(uint32_t world, const std::vector<nlohmann::json>& results, bool passed);
+// CollectLocalWorkers, then the summary on stderr and the results as JSON
+// lines on stdout; returns CollectLocalWorkers' status.
 int RunLocalWorkers(uint32_t world,
                     const std::function<std::vector<std::string>(uint32_t)>& argv_of);
 

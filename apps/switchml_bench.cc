@@ -4,13 +4,16 @@
 //   switchml-bench --switch HOST[:PORT] --rank R --world N --size 64MiB --dtype float32 --reps 5
 // The whole system on this machine (a switch and N worker processes):
 //   switchml-bench --local N --size 64MiB --dtype float32 --reps 5
+// An nccl-tests-style sweep, beside Gloo's ring on the same inputs:
+//   switchml-bench --local N -b 4KiB -e 64MiB -f 4 -n 5 -w 1 --peer gloo
 //
-// Prints one line per repetition on stderr (rank 0) and, last, one JSON line
-// on stdout.
+// Rank 0 prints the nccl-tests table on stderr; every worker prints one JSON
+// line per size on stdout (with --local: rank 0's, then the peer's).
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,6 +23,7 @@
 #include <thread>
 
 #include "bench_common.h"
+#include "bench_sweep.h"
 #include "quantize/quantize.h"
 #include "switchml/context.h"
 #include "switchml/version.h"
@@ -30,11 +34,11 @@ using namespace switchml;
 
 struct Options {
   uint32_t local = 0;
-  std::string size = "64MiB";
-  uint64_t bytes = 0;  // --size, parsed
+  bench::SweepFlags sweep_flags;
+  bench::Sweep sweep;  // sweep_flags, resolved
   std::string dtype = "float32";
-  int reps = 5, warmup = 1;
   uint64_t seed = 1;
+  std::string peer;  // --peer: "", "gloo" or "mpi"
   std::string config_file;
   // Context settings given as flags, in order: (field, value).
   std::vector<std::pair<std::string, std::string>> context_flags;
@@ -119,6 +123,13 @@ StatusOr<ContextConfig> WorkerConfig(const Options& o) {
   return config;
 }
 
+// The ranks' total of `wrong`, by an exact int32 all-reduce (saturated).
+StatusOr<uint64_t> WrongOverRanks(Context& ctx, uint64_t wrong) {
+  int32_t n = int32_t(std::min<uint64_t>(wrong, INT32_MAX / 65536));
+  if (Status s = ctx.AllReduce(&n, &n, 1, DType::kInt32); !s.ok()) return s;
+  return uint64_t(n);
+}
+
 int RunWorker(const Options& o) {
   auto configured = WorkerConfig(o);
   if (!configured.ok()) {
@@ -126,8 +137,6 @@ int RunWorker(const Options& o) {
     return 2;
   }
   ContextConfig config = configured.value();
-  const uint64_t bytes = o.bytes;
-  const size_t count = bytes / 4;
   const bool is_float = o.dtype == "float32";
   const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
 
@@ -139,71 +148,170 @@ int RunWorker(const Options& o) {
   Context& ctx = *context.value();
   config = ctx.config();  // with the switch's elements_per_packet
   const uint32_t rank = config.rank, world = config.world_size;
+  // Every size of the sweep uses a prefix of the largest one's buffers: the
+  // inputs of element i do not depend on the size.
+  const size_t max_count = o.sweep.max_bytes() / 4;
   std::vector<uint32_t> in, out;
   try {
-    in.resize(count);
-    out.resize(count);
+    in.resize(max_count);
+    out.resize(max_count);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "rank %u: --size=%s: cannot allocate two buffers of %llu bytes\n", rank,
-                 o.size.c_str(), static_cast<unsigned long long>(bytes));
+    std::fprintf(stderr, "rank %u: cannot allocate two buffers of %llu bytes\n", rank,
+                 static_cast<unsigned long long>(o.sweep.max_bytes()));
     return 2;
   }
   if (is_float) {
-    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, rank,
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), max_count, o.seed, rank,
                      config.elements_per_packet);
   } else {
-    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, rank);
+    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), max_count, o.seed, rank);
   }
-  std::vector<double> times;
+  if (rank == 0) bench::PrintTableHeader("switchml", world, o.dtype);
+  std::vector<nlohmann::json> lines;
+  bool all_within = true;
   int32_t token = 0;
-  for (int rep = -o.warmup; rep < o.reps; ++rep) {
-    // Line the ranks up, so each repetition times the all-reduce alone.
-    if (Status s = ctx.AllReduce(&token, &token, 1, DType::kInt32); !s.ok()) {
-      std::fprintf(stderr, "rank %u: %s\n", rank, s.ToString().c_str());
+  for (const uint64_t bytes : o.sweep.sizes) {
+    const size_t count = bytes / 4;
+    const ContextCounters before = ctx.counters();
+    Status failure;
+    std::vector<double> times;
+    const bool ran = bench::TimeRepetitions(
+        o.sweep.warmup, o.sweep.iters,
+        [&] { return (failure = ctx.AllReduce(&token, &token, 1, DType::kInt32)).ok(); },
+        [&] { return (failure = ctx.AllReduce(in.data(), out.data(), count, dtype)).ok(); },
+        &times);
+    if (!ran) {
+      std::fprintf(stderr, "rank %u: %s\n", rank, failure.ToString().c_str());
       return 1;
     }
-    const auto start = std::chrono::steady_clock::now();
-    const Status s = ctx.AllReduce(in.data(), out.data(), count, dtype);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!s.ok()) {
-      std::fprintf(stderr, "rank %u: %s\n", rank, s.ToString().c_str());
+    const bench::Verification v =
+        is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
+                                      world, config.elements_per_packet, true)
+                 : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed,
+                                      world);
+    const ContextCounters c = ctx.counters();  // before the count of wrong elements
+    auto wrong = WrongOverRanks(ctx, v.wrong);
+    if (!wrong.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", rank, wrong.status().ToString().c_str());
       return 1;
     }
-    if (rep < 0) continue;
-    times.push_back(seconds);
-    if (rank == 0) {
-      std::fprintf(stderr, "switchml rep %d/%d: %.4f s, %.2f Gbit/s\n", rep + 1, o.reps, seconds,
-                   double(bytes) * 8 / seconds / 1e9);
-    }
+    all_within = all_within && v.within_bound;
+    nlohmann::json j = bench::SizeResultJson("switchml", world, rank, bytes, o.dtype, times, v,
+                                             bench::Digest(out.data(), bytes), wrong.value());
+    j["elements_per_packet"] = config.elements_per_packet;
+    j["pool_slots"] = config.pool_slots;
+    j["window_slots"] = config.window_slots;  // 0: measured
+    j["window"] = c.window;
+    j["min_rtt_us"] = c.min_rtt_us;
+    j["threads"] = config.threads;
+    j["authenticated"] = !config.auth_key.empty();
+    // This size's share of the counters (its warm-up and line-ups included).
+    j["packets_sent"] = c.packets_sent - before.packets_sent;
+    j["retransmissions"] = c.retransmissions - before.retransmissions;
+    j["fast_retransmissions"] = c.fast_retransmissions - before.fast_retransmissions;
+    j["udp_offload"] = config.udp_offload;
+    j["transport"] = config.transport;
+    j["offload"] = ctx.offload();  // what the kernel granted
+    j["multicast_received"] = c.multicast_received - before.multicast_received;
+    bench::ReportSize(std::move(j), rank == 0, bytes == o.sweep.sizes.back(), &lines);
   }
-  const bench::Verification v =
-      is_float
-          ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed, world,
-                               config.elements_per_packet, true)
-          : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, world);
-  const ContextCounters c = ctx.counters();
-  nlohmann::json j = bench::ResultJson("switchml", world, rank, bytes, o.dtype, times, v,
-                                       bench::Digest(out.data(), bytes));
-  j["elements_per_packet"] = config.elements_per_packet;
-  j["pool_slots"] = config.pool_slots;
-  j["window_slots"] = config.window_slots;  // 0: measured
-  j["window"] = c.window;
-  j["min_rtt_us"] = c.min_rtt_us;
-  j["threads"] = config.threads;
-  j["authenticated"] = !config.auth_key.empty();
-  j["packets_sent"] = c.packets_sent;
-  j["retransmissions"] = c.retransmissions;
-  j["fast_retransmissions"] = c.fast_retransmissions;
-  j["udp_offload"] = config.udp_offload;
-  j["transport"] = config.transport;
-  j["offload"] = ctx.offload();  // what the kernel granted
-  j["multicast_received"] = c.multicast_received;
-  std::printf("%s\n", j.dump().c_str());
-  return v.within_bound ? 0 : 1;
+  return all_within ? 0 : 1;
 }
 
-int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
+// The command line that runs the peer's sweep on this machine, or an error
+// line naming what is missing.
+StatusOr<std::vector<std::string>> PeerCommand(const Options& o, const std::string& dir) {
+  if (o.peer == "gloo") {
+    const std::string exe = dir + "/switchml-gloo-bench";
+    if (access(exe.c_str(), X_OK) != 0) {
+      return FailedPrecondition("--peer gloo: " + exe +
+                                " is not built (apt-get install libgloo-dev, then rebuild)");
+    }
+    return std::vector<std::string>{exe, "--local", std::to_string(o.local)};
+  }
+  const std::string exe = dir + "/switchml-mpi-bench", mpirun = bench::FindInPath("mpirun");
+  if (access(exe.c_str(), X_OK) != 0 || mpirun.empty()) {
+    return FailedPrecondition("--peer mpi: needs " + exe +
+                              " and mpirun (apt-get install libopenmpi-dev openmpi-bin, then "
+                              "rebuild)");
+  }
+  return std::vector<std::string>{mpirun,
+                                  "-np",
+                                  std::to_string(o.local),
+                                  "--oversubscribe",
+                                  "--bind-to",
+                                  "none",
+                                  "--mca",
+                                  "btl",
+                                  "tcp,self",
+                                  "--mca",
+                                  "btl_tcp_if_include",
+                                  "lo",
+                                  "--mca",
+                                  "oob_tcp_if_include",
+                                  "lo",
+                                  exe};
+}
+
+// Runs the peer's sweep (its tables go to stderr) and returns its result lines.
+int RunPeer(std::vector<std::string> argv, const std::vector<std::string>& passthrough,
+            uint32_t block, std::vector<nlohmann::json>* lines) {
+  argv.insert(argv.end(), passthrough.begin(), passthrough.end());
+  argv.insert(argv.end(), {"--block", std::to_string(block)});
+  // Open MPI refuses root unless told; it is a benchmark peer on loopback only.
+  setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+  setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  int fd = -1;
+  const pid_t pid = bench::Spawn(argv, &fd);
+  if (pid < 0) {
+    std::fprintf(stderr, "cannot start %s\n", argv[0].c_str());
+    return 2;
+  }
+  std::istringstream out(bench::ReadAll(fd));
+  const int rc = bench::WaitFor(pid);
+  for (std::string line; std::getline(out, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    try {
+      lines->push_back(nlohmann::json::parse(line));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "the peer printed a malformed result: %s\n", line.c_str());
+      return 1;
+    }
+  }
+  if (rc != 0) std::fprintf(stderr, "%s exited with status %d\n", argv[0].c_str(), rc);
+  return rc;
+}
+
+// Adds the peer's median and the ratio to each switchml line and prints the
+// comparison table on stderr. False when a size has no peer result.
+bool Compare(const std::string& peer, std::vector<nlohmann::json>& ours,
+             const std::vector<nlohmann::json>& theirs) {
+  std::fprintf(stderr,
+               "# switchml vs %s; time: the median of -n iterations\n"
+               "# %12s %14s %14s %8s\n",
+               peer.c_str(), "size (B)", "switchml (us)", (peer + " (us)").c_str(), "ratio");
+  bool complete = true;
+  for (nlohmann::json& j : ours) {
+    const auto it = std::find_if(theirs.begin(), theirs.end(), [&](const auto& t) {
+      return t.value("bytes", 0ull) == j.value("bytes", 0ull);
+    });
+    if (it == theirs.end()) {
+      complete = false;
+      continue;
+    }
+    const double mine = j.value("median_s", 0.0), other = it->value("median_s", 0.0);
+    j["peer"] = peer;
+    j["peer_median_s"] = other;
+    j["peer_busbw_gbs"] = it->value("busbw_gbs", 0.0);
+    j["ratio_to_peer"] = other > 0 ? mine / other : 0.0;
+    std::fprintf(stderr, "  %12llu %14.1f %14.1f %8.3f\n", j.value("bytes", 0ull), mine * 1e6,
+                 other * 1e6, j.value("ratio_to_peer", 0.0));
+  }
+  return complete;
+}
+
+int RunLocal(const Options& o, const std::vector<std::string>& passthrough,
+             const std::vector<std::string>& peer_passthrough) {
   // The workers' settings, checked once here (any rank: the parent assigns them).
   Options any_rank = o;
   any_rank.context_flags.emplace_back("rank", "0");
@@ -217,6 +325,12 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
     return 2;
   }
   const std::string dir = bench::SelfDirectory();
+  StatusOr<std::vector<std::string>> peer_command = std::vector<std::string>{};
+  if (!o.peer.empty()) peer_command = PeerCommand(o, dir);
+  if (!peer_command.ok()) {
+    std::fprintf(stderr, "%s\n", peer_command.status().message().c_str());
+    return 2;
+  }
   char port_file[] = "/tmp/switchml-bench-XXXXXX";
   const int fd = mkstemp(port_file);
   if (fd < 0) return 2;
@@ -262,19 +376,34 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough) {
     bench::WaitFor(sw);
     return 2;
   }
-  const int rc = bench::RunLocalWorkers(o.local, [&](uint32_t r) {
-    std::vector<std::string> argv = {dir + "/switchml-bench",
-                                     "--switch",
-                                     "127.0.0.1:" + std::to_string(control_port),
-                                     "--rank",
-                                     std::to_string(r),
-                                     "--world",
-                                     std::to_string(o.local)};
-    argv.insert(argv.end(), passthrough.begin(), passthrough.end());
-    return argv;
-  });
+  std::vector<nlohmann::json> results;
+  int rc = bench::CollectLocalWorkers(
+      o.local,
+      [&](uint32_t r) {
+        std::vector<std::string> argv = {dir + "/switchml-bench",
+                                         "--switch",
+                                         "127.0.0.1:" + std::to_string(control_port),
+                                         "--rank",
+                                         std::to_string(r),
+                                         "--world",
+                                         std::to_string(o.local)};
+        argv.insert(argv.end(), passthrough.begin(), passthrough.end());
+        return argv;
+      },
+      &results);
   kill(sw, SIGTERM);
   bench::WaitFor(sw);
+  std::vector<nlohmann::json> peer_results;
+  if (!o.peer.empty() && !results.empty()) {
+    const uint32_t block = results[0].value("elements_per_packet", 1024u);
+    rc = std::max(rc, RunPeer(peer_command.value(), peer_passthrough, block, &peer_results));
+    if (!Compare(o.peer, results, peer_results)) rc = std::max(rc, 1);
+  }
+  bench::PrintLocalSummary(o.local, results, rc == 0);
+  for (const auto& lines : {&results, &peer_results}) {
+    for (const auto& j : *lines) std::printf("%s\n", j.dump().c_str());
+  }
+  std::fflush(stdout);
   return rc;
 }
 
@@ -287,22 +416,28 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
       ->check(CLI::Range(1, 256));
+  app.add_option("--peer", o.peer,
+                 "with --local: then run the same sweep with this peer (gloo: Gloo's ring, "
+                 "mpi: Open MPI's MPI_Allreduce) and compare")
+      ->check(CLI::IsMember({"gloo", "mpi"}));
   // The options below (but --switch, --rank and --world) are passed on to the
-  // workers in --local mode.
-  std::vector<std::string> passthrough;
-  auto pass = [&](CLI::Option* opt) {
-    opt->each([&, opt](const std::string& v) {
-      passthrough.push_back(opt->get_name());
-      passthrough.push_back(v);
+  // workers in --local mode; those of the sweep and the inputs to the peer too.
+  std::vector<std::string> passthrough, peer_passthrough;
+  auto pass_to = [&](CLI::Option* opt, bool to_peer) {
+    opt->each([&, opt, to_peer](const std::string& v) {
+      for (auto* list : {&passthrough, &peer_passthrough}) {
+        if (list == &peer_passthrough && !to_peer) continue;
+        list->push_back(opt->get_name());
+        list->push_back(v);
+      }
     });
   };
-  pass(app.add_option("--size", o.size, "tensor size per worker (B, KiB, MiB, GiB)"));
-  pass(app.add_option("--dtype", o.dtype, "float32 or int32")
-           ->check(CLI::IsMember({"float32", "int32"})));
-  pass(app.add_option("--reps", o.reps, "timed repetitions")->check(CLI::Range(1, 100000)));
-  pass(app.add_option("--warmup", o.warmup, "untimed repetitions first")
-           ->check(CLI::Range(0, 1000)));
-  pass(app.add_option("--seed", o.seed, "seed of the inputs"));
+  auto pass = [&](CLI::Option* opt) { pass_to(opt, false); };
+  auto pass_both = [&](CLI::Option* opt) { pass_to(opt, true); };
+  bench::AddSweepFlags(app, o.sweep_flags, pass_both);
+  pass_both(app.add_option("--dtype", o.dtype, "float32 or int32")
+                ->check(CLI::IsMember({"float32", "int32"})));
+  pass_both(app.add_option("--seed", o.seed, "seed of the inputs"));
   pass(app.add_option("--config", o.config_file,
                       "TOML file of Context settings (defaults < file < SWITCHML_<NAME> "
                       "variables < flags)"));
@@ -319,22 +454,33 @@ int main(int argc, char** argv) {
     if (flag != "--switch" && flag != "--rank" && flag != "--world") pass(opt);
   }
   CLI11_PARSE(app, argc, argv);
-  // The size once, here: in --local mode before any process starts.
-  o.bytes = bench::ParseSize(o.size);
-  if (o.bytes < 4) {
-    std::fprintf(stderr, "--size=%s is not a size (try 64MiB)\n", o.size.c_str());
+  // The sizes once, here: in --local mode before any process starts.
+  if (std::string error = bench::ResolveSweep(o.sweep_flags, &o.sweep); !error.empty()) {
+    std::fprintf(stderr, "%s\n", error.c_str());
     return 2;
   }
+  const uint64_t bytes = o.sweep.max_bytes();
   const uint64_t processes = std::max<uint32_t>(o.local, 1);
   const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  if (double(o.bytes) * 2 * double(processes) > memory) {
-    std::fprintf(stderr,
-                 "--size=%s needs %.1f GiB (input and output of %llu worker(s)); this machine "
-                 "has %.1f GiB: use a smaller --size\n",
-                 o.size.c_str(), double(o.bytes) * 2 * double(processes) / double(1ull << 30),
-                 static_cast<unsigned long long>(processes), memory / double(1ull << 30));
+  if (double(bytes) * 2 * double(processes) > memory) {
+    std::fprintf(
+        stderr,
+        "%s=%s needs %.1f GiB (input and output of %llu worker(s)); this machine has "
+        "%.1f GiB: use a smaller size\n",
+        o.sweep_flags.max_bytes.empty() ? "--size" : "-e/--maxbytes",
+        (o.sweep_flags.max_bytes.empty() ? o.sweep_flags.size : o.sweep_flags.max_bytes).c_str(),
+        double(bytes) * 2 * double(processes) / double(1ull << 30),
+        static_cast<unsigned long long>(processes), memory / double(1ull << 30));
     return 2;
   }
-  if (o.local > 0) return RunLocal(o, passthrough);
+  if (!o.peer.empty() && o.local == 0) {
+    std::fprintf(stderr,
+                 "--peer %s runs the peer beside a --local run; across hosts, start "
+                 "switchml-gloo-bench (or mpirun switchml-mpi-bench) with the same "
+                 "-b/-e/-f/-n/-w yourself\n",
+                 o.peer.c_str());
+    return 2;
+  }
+  if (o.local > 0) return RunLocal(o, passthrough, peer_passthrough);
   return RunWorker(o);
 }

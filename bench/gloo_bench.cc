@@ -3,6 +3,7 @@
 // compared side by side on the same inputs.
 //
 //   switchml-gloo-bench --local N --size 64MiB --dtype float32 --reps 5
+//   switchml-gloo-bench --local N -b 4KiB -e 64MiB -f 4 -n 5 -w 1     (a sweep)
 //   switchml-gloo-bench --rank R --world N --store DIR --host IP ...
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "bench_sweep.h"
 #include "switchml/version.h"
 
 namespace {
@@ -30,8 +32,9 @@ using namespace switchml;
 struct Options {
   uint32_t rank = 0, world = 1, local = 0;
   std::string store, host = "127.0.0.1", prefix = "gloo-bench";
-  std::string size = "64MiB", dtype = "float32";
-  int reps = 5, warmup = 1;
+  bench::SweepFlags sweep_flags;
+  bench::Sweep sweep;  // sweep_flags, resolved
+  std::string dtype = "float32";
   uint64_t seed = 1;
   uint32_t block = 1024;  // the switchml block size, only to generate identical inputs
 };
@@ -48,15 +51,13 @@ void AllReduce(const std::shared_ptr<gloo::Context>& context, T* in, T* out, siz
 }
 
 int RunWorker(const Options& o) {
-  const uint64_t bytes = bench::ParseSize(o.size);
-  if (bytes < 4) return 2;
-  const size_t count = bytes / 4;
+  const size_t max_count = o.sweep.max_bytes() / 4;
   const bool is_float = o.dtype == "float32";
-  std::vector<uint32_t> in(count), out(count);
+  std::vector<uint32_t> in(max_count), out(max_count);
   if (is_float) {
-    bench::FillFloat(reinterpret_cast<float*>(in.data()), count, o.seed, o.rank, o.block);
+    bench::FillFloat(reinterpret_cast<float*>(in.data()), max_count, o.seed, o.rank, o.block);
   } else {
-    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), count, o.seed, o.rank);
+    bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), max_count, o.seed, o.rank);
   }
   gloo::transport::tcp::attr attr;
   attr.hostname = o.host;
@@ -67,37 +68,44 @@ int RunWorker(const Options& o) {
   context->setTimeout(std::chrono::seconds(60));
   context->connectFullMesh(store, device);
 
-  std::vector<double> times;
-  for (int rep = -o.warmup; rep < o.reps; ++rep) {
-    gloo::BarrierOptions barrier(context);
-    gloo::barrier(barrier);
-    const auto start = std::chrono::steady_clock::now();
-    if (is_float) {
-      AllReduce(context, reinterpret_cast<float*>(in.data()), reinterpret_cast<float*>(out.data()),
-                count);
-    } else {
-      AllReduce(context, reinterpret_cast<int32_t*>(in.data()),
-                reinterpret_cast<int32_t*>(out.data()), count);
-    }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rep < 0) continue;
-    times.push_back(seconds);
-    if (o.rank == 0) {
-      std::fprintf(stderr, "gloo rep %d/%d: %.4f s, %.2f Gbit/s\n", rep + 1, o.reps, seconds,
-                   double(bytes) * 8 / seconds / 1e9);
-    }
+  if (o.rank == 0) bench::PrintTableHeader("gloo", o.world, o.dtype);
+  std::vector<nlohmann::json> lines;
+  bool all_within = true;
+  for (const uint64_t bytes : o.sweep.sizes) {
+    const size_t count = bytes / 4;
+    std::vector<double> times;
+    bench::TimeRepetitions(
+        o.sweep.warmup, o.sweep.iters,
+        [&] {
+          gloo::BarrierOptions barrier(context);
+          gloo::barrier(barrier);
+          return true;
+        },
+        [&] {
+          if (is_float) {
+            AllReduce(context, reinterpret_cast<float*>(in.data()),
+                      reinterpret_cast<float*>(out.data()), count);
+          } else {
+            AllReduce(context, reinterpret_cast<int32_t*>(in.data()),
+                      reinterpret_cast<int32_t*>(out.data()), count);
+          }
+          return true;
+        },
+        &times);
+    const bench::Verification v =
+        is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
+                                      o.world, o.block, false)
+                 : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed,
+                                      o.world);
+    uint64_t mine = v.wrong, wrong = 0;
+    AllReduce(context, &mine, &wrong, 1);
+    all_within = all_within && v.within_bound;
+    nlohmann::json j = bench::SizeResultJson("gloo", o.world, o.rank, bytes, o.dtype, times, v,
+                                             bench::Digest(out.data(), bytes), wrong);
+    j["algorithm"] = "ring";
+    bench::ReportSize(std::move(j), o.rank == 0, bytes == o.sweep.sizes.back(), &lines);
   }
-  const bench::Verification v =
-      is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
-                                    o.world, o.block, false)
-               : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed,
-                                    o.world);
-  nlohmann::json j = bench::ResultJson("gloo", o.world, o.rank, bytes, o.dtype, times, v,
-                                       bench::Digest(out.data(), bytes));
-  j["algorithm"] = "ring";
-  std::printf("%s\n", j.dump().c_str());
-  return v.within_bound ? 0 : 1;
+  return all_within ? 0 : 1;
 }
 
 }  // namespace
@@ -121,14 +129,16 @@ int main(int argc, char** argv) {
   app.add_option("--store", o.store, "rendezvous directory shared by the workers");
   app.add_option("--prefix", o.prefix, "rendezvous key prefix (unique per run)");
   pass(app.add_option("--host", o.host, "address this worker listens on"));
-  pass(app.add_option("--size", o.size, "tensor size per worker"));
+  bench::AddSweepFlags(app, o.sweep_flags, pass);
   pass(app.add_option("--dtype", o.dtype, "float32 or int32")
            ->check(CLI::IsMember({"float32", "int32"})));
-  pass(app.add_option("--reps", o.reps, "timed repetitions"));
-  pass(app.add_option("--warmup", o.warmup, "untimed repetitions first"));
   pass(app.add_option("--seed", o.seed, "seed of the inputs"));
   pass(app.add_option("--block", o.block, "switchml's elements per packet (input pattern only)"));
   CLI11_PARSE(app, argc, argv);
+  if (std::string error = bench::ResolveSweep(o.sweep_flags, &o.sweep); !error.empty()) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 2;
+  }
   if (o.local == 0) return RunWorker(o);
 
   char dir[] = "/tmp/switchml-gloo-XXXXXX";

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "bench_common.h"
@@ -287,6 +288,49 @@ TEST(CommandLine, BenchNeedsARankWithMoreThanOneWorker) {
   Process p({kBin + "/switchml-bench", "--world", "2", "--switch", "127.0.0.1:1"});
   EXPECT_EQ(p.Wait(), 2);
   EXPECT_NE(p.output().find("--rank"), std::string::npos) << p.output();
+}
+
+// An nccl-tests-style sweep beside Gloo's ring: a table and a JSON line per
+// size for each system, exact int32 sums identical across the two systems.
+TEST(CommandLine, BenchSweepsSizesBesideAPeer) {
+  if (access((kBin + "/switchml-gloo-bench").c_str(), X_OK) != 0) GTEST_SKIP() << "no Gloo";
+  Process p({kBin + "/switchml-bench", "--local", "3", "-b", "4KiB", "-e", "100KiB", "-f", "4",
+             "-n", "2", "-w", "0", "--dtype", "int32", "--peer", "gloo"});
+  ASSERT_EQ(p.Wait(), 0) << p.output();
+  std::vector<nlohmann::json> lines;
+  std::istringstream out(p.output());
+  for (std::string line; std::getline(out, line);) {
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 6u) << p.output();
+  const uint64_t sizes[] = {4096, 16384, 65536};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto &ours = lines[i], &theirs = lines[3 + i];
+    EXPECT_EQ(ours.value("system", ""), "switchml");
+    EXPECT_EQ(theirs.value("system", ""), "gloo");
+    for (const auto* j : {&ours, &theirs}) {
+      EXPECT_EQ(j->value("bytes", 0ull), sizes[i]);
+      EXPECT_EQ(j->value("count", 0ull), sizes[i] / 4);
+      EXPECT_EQ(j->value("wrong", 1), 0);
+      EXPECT_EQ(j->value("reps", 0), 2);
+      EXPECT_TRUE(j->value("ranks_identical", false));
+      EXPECT_DOUBLE_EQ(j->value("busbw_gbs", 0.0), j->value("algbw_gbs", 0.0) * 4 / 3);
+    }
+    EXPECT_EQ(ours.value("result_digest", "a"), theirs.value("result_digest", "b"));
+    EXPECT_EQ(ours.value("peer", ""), "gloo");
+    EXPECT_DOUBLE_EQ(ours.value("ratio_to_peer", 0.0),
+                     ours.value("median_s", 0.0) / theirs.value("median_s", 1.0));
+  }
+  EXPECT_NE(p.output().find("#wrong"), std::string::npos) << p.output();
+  EXPECT_NE(p.output().find("switchml vs gloo"), std::string::npos) << p.output();
+}
+
+TEST(CommandLine, BenchPeerNeedsLocal) {
+  Process p(
+      {kBin + "/switchml-bench", "--world", "1", "--switch", "127.0.0.1:1", "--peer", "gloo"});
+  EXPECT_EQ(p.Wait(), 2);
+  EXPECT_NE(p.output().find("--peer gloo runs the peer beside a --local run"), std::string::npos)
+      << p.output();
 }
 
 // Defaults < --config file < SWITCHML_<NAME> variables < explicit flags.
