@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
                  "kernel bypass; needs root)");
   app.add_option("--metrics-address", config.metrics_address,
                  "serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics); empty: off");
+  app.add_option("--job-stats-grace-s", config.job_stats_grace_s,
+                 "keep an ended job's counters in the stats and metrics this long (seconds; 0: "
+                 "they go with the job; the totals never go)")
+      ->check(CLI::Range(uint32_t{0}, switchml::SwitchConfig::kMaxJobStatsGraceS));
   app.add_option("--interface", config.interface,
                  "af_xdp: the network interface (default: the one holding --bind)");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");

@@ -349,13 +349,44 @@ std::string Scrape(uint16_t port) {
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
 
-TEST(SwitchMetrics, ServedOverHttpInStrictExpositionFormatAndTotalsOutliveJobs) {
-  SwitchConfig config = ControlOnlyConfig();
+// The samples of one job's series, by family: {"switchml_job_active": 1, ...}.
+std::map<std::string, double> JobSeries(const std::map<std::string, double>& samples,
+                                        const std::string& job) {
+  std::map<std::string, double> series;
+  const std::string labels = "{job=\"" + job + "\",id=\"";
+  for (const auto& [sample, value] : samples) {
+    const size_t at = sample.find(labels);
+    if (at != std::string::npos && sample.find(',', at + labels.size()) == std::string::npos) {
+      series[sample.substr(0, at)] = value;
+    }
+  }
+  return series;
+}
+
+// The sum of a family's samples labelled by shard.
+double SumOverShards(const std::map<std::string, double>& samples, const std::string& family) {
+  double sum = 0;
+  for (const auto& [sample, value] : samples) {
+    if (sample.rfind(family + "{shard=\"", 0) == 0) sum += value;
+  }
+  return sum;
+}
+
+struct Scrapes {
+  std::map<std::string, double> during, after;
+  std::string during_text, after_text;
+};
+
+// A two-rank job "scraped" with two I/O threads each, through `config`'s
+// switch: its metrics scraped over HTTP after an all-reduce and once the
+// job has ended. Every scrape is checked by the strict reader.
+Scrapes ScrapeAroundAJob(SwitchConfig config) {
+  Scrapes out;
   config.data_port = 0;
   config.metrics_address = "127.0.0.1:0";
   auto sw = SwitchServer::Start(config);
-  ASSERT_TRUE(sw.ok()) << sw.status().ToString();
-  ASSERT_NE(sw.value()->metrics_port(), 0);
+  EXPECT_TRUE(sw.ok()) << sw.status().ToString();
+  if (!sw.ok() || sw.value()->metrics_port() == 0) return out;
   std::vector<std::unique_ptr<Context>> contexts(2);
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
@@ -365,49 +396,82 @@ TEST(SwitchMetrics, ServedOverHttpInStrictExpositionFormatAndTotalsOutliveJobs) 
       c.job_name = "scraped";
       c.rank = r;
       c.world_size = 2;
+      c.threads = 2;
       contexts[r] = std::move(Context::Start(c)).value();
     });
   }
   for (auto& t : ranks) t.join();
-  std::vector<int32_t> data(10000, 1);
   std::vector<std::thread> reduce;
   for (auto& c : contexts) {
     reduce.emplace_back([&c] {
-      std::vector<int32_t> mine(10000, 1);
+      std::vector<int32_t> mine(100000, 1);
       ASSERT_TRUE(c->AllReduce(mine.data(), mine.data(), mine.size(), DType::kInt32).ok());
     });
   }
   for (auto& t : reduce) t.join();
 
-  std::map<std::string, double> during;
-  const std::string text = Scrape(sw.value()->metrics_port());
-  ASSERT_FALSE(text.empty());
-  ASSERT_EQ(CheckExposition(text, &during), "") << text;
-  EXPECT_GT(during["switchml_contributions_total"], 0) << text;
-  const std::string job = "{job=\"scraped\",id=\"";
-  bool per_job = false;
-  for (const auto& [sample, value] : during) {
-    per_job |= sample.rfind("switchml_job_contributions_total" + job, 0) == 0 && value > 0;
-  }
-  EXPECT_TRUE(per_job) << text;
+  out.during_text = Scrape(sw.value()->metrics_port());
+  EXPECT_EQ(CheckExposition(out.during_text, &out.during), "") << out.during_text;
   // switchml-ctl's text is the same, and as strict.
   std::map<std::string, double> ctl;
   EXPECT_EQ(CheckExposition(sw.value()->PrometheusText(), &ctl), "");
 
   for (auto& c : contexts) c->Stop();
-  std::map<std::string, double> after;
-  std::string later;
   for (int i = 0; i < 100; ++i) {  // the switch ends the job as the ranks leave
-    after.clear();
-    later = Scrape(sw.value()->metrics_port());
-    ASSERT_EQ(CheckExposition(later, &after), "") << later;
-    if (after["switchml_jobs"] == 0) break;
+    out.after.clear();
+    out.after_text = Scrape(sw.value()->metrics_port());
+    EXPECT_EQ(CheckExposition(out.after_text, &out.after), "") << out.after_text;
+    if (out.after["switchml_jobs"] == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(after["switchml_jobs"], 0) << later;
-  // The totals count on after the job's end; its own series are gone.
-  EXPECT_EQ(after["switchml_contributions_total"], during["switchml_contributions_total"]);
-  EXPECT_EQ(later.find("switchml_job_contributions_total{"), std::string::npos) << later;
+  EXPECT_EQ(out.after["switchml_jobs"], 0) << out.after_text;
+  return out;
+}
+
+TEST(SwitchMetrics, ServedOverHttpInStrictExpositionFormatAndTotalsOutliveJobs) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.data_threads = 2;
+  const Scrapes s = ScrapeAroundAJob(config);
+  ASSERT_FALSE(s.during.empty());
+  const double total = s.during.at("switchml_contributions_total");
+  EXPECT_GT(total, 0) << s.during_text;
+  const auto during = JobSeries(s.during, "scraped");
+  EXPECT_EQ(during.at("switchml_job_contributions_total"), total) << s.during_text;
+  EXPECT_EQ(during.at("switchml_job_active"), 1);
+  EXPECT_EQ(during.at("switchml_job_ended"), 0);
+  // Both data threads carried the job; their shares add up to the totals.
+  EXPECT_GT(s.during.at("switchml_shard_contributions_total{shard=\"0\"}"), 0) << s.during_text;
+  EXPECT_GT(s.during.at("switchml_shard_contributions_total{shard=\"1\"}"), 0) << s.during_text;
+  EXPECT_EQ(SumOverShards(s.during, "switchml_shard_contributions_total"), total);
+  EXPECT_EQ(SumOverShards(s.during, "switchml_shard_packets_sent_total"),
+            s.during.at("switchml_packets_sent_total"));
+
+  // The totals count on after the job's end, and within the grace period
+  // (300 s by default) its series stay, with its last counts, as ended.
+  EXPECT_EQ(s.after.at("switchml_contributions_total"), total);
+  const auto after = JobSeries(s.after, "scraped");
+  EXPECT_EQ(after.at("switchml_job_contributions_total"), total) << s.after_text;
+  EXPECT_EQ(after.at("switchml_job_active"), 0) << s.after_text;
+  EXPECT_EQ(after.at("switchml_job_ended"), 1) << s.after_text;
+}
+
+TEST(SwitchMetrics, AnEndedJobsSeriesGoAfterItsGracePeriod) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.job_stats_grace_s = 0;
+  const Scrapes s = ScrapeAroundAJob(config);
+  ASSERT_FALSE(s.during.empty());
+  EXPECT_FALSE(JobSeries(s.during, "scraped").empty()) << s.during_text;
+  EXPECT_TRUE(JobSeries(s.after, "scraped").empty()) << s.after_text;
+  EXPECT_EQ(s.after.at("switchml_contributions_total"),
+            s.during.at("switchml_contributions_total"));
+}
+
+TEST(SwitchMetrics, RefusesAGracePeriodOverADay) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.job_stats_grace_s = SwitchConfig::kMaxJobStatsGraceS + 1;
+  const Status s = config.Validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("job_stats_grace_s=86401"), std::string::npos) << s.message();
 }
 
 }  // namespace

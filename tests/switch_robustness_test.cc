@@ -14,6 +14,7 @@
 
 #include "net/packet_auth.h"
 #include "net_test_util.h"
+#include "switch/control_service.h"
 #include "switchml/control.grpc.pb.h"
 #include "wire/wire_format.h"
 
@@ -83,7 +84,16 @@ TEST(SwitchResources, TenThousandJobsKeepMemoryFlat) {
       << "resident memory grew from " << before << " to " << after;
   const std::string stats = sw->PrometheusText();
   EXPECT_EQ(Metric(stats, "switchml_pool_free_slots"), 256) << stats;
-  EXPECT_EQ(stats.find("switchml_job_active"), std::string::npos) << "jobs left over";
+  EXPECT_EQ(Metric(stats, "switchml_jobs"), 0) << "jobs left over";
+  EXPECT_NE(stats.find("switchml_job_ended{job=\"job-10999\",id=\""), std::string::npos)
+      << "the last job's series, kept for the grace period";
+  // Of the ended jobs, only the newest kMaxEndedJobs are kept.
+  size_t ended = 0;
+  for (size_t at = 0; (at = stats.find("\nswitchml_job_ended{", at)) != std::string::npos; ++at) {
+    ++ended;
+  }
+  EXPECT_EQ(ended, ControlService::kMaxEndedJobs);
+  EXPECT_EQ(stats.find("{job=\"job-10000\","), std::string::npos);
 }
 
 TEST(SwitchResources, JobThatDoesNotFitIsRefusedClearly) {

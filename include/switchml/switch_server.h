@@ -54,6 +54,11 @@ struct SwitchConfig {
   // Serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics; port 0:
   // a free one, see metrics_port()); empty: off.
   std::string metrics_address;
+  // How long an ended job's final counters stay in the stats and metrics
+  // (the per-job series), so that a job shorter than a scrape interval is
+  // still seen; 0: they go with the job. The totals never go. At most a day.
+  uint32_t job_stats_grace_s = 300;
+  static constexpr uint32_t kMaxJobStatsGraceS = 86400;
 
   Status Validate() const;
   // Validate(), for a switch whose jobs run on a data plane outside this

@@ -43,9 +43,11 @@ bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
 
 }  // namespace
 
-ControlService::ControlService(DataPlaneTarget* target, bool result_multicast)
+ControlService::ControlService(DataPlaneTarget* target, bool result_multicast,
+                               std::chrono::seconds job_stats_grace)
     : target_(target),
       result_multicast_(result_multicast),
+      job_stats_grace_(job_stats_grace),
       registry_(target->limits()),
       token_source_(std::random_device{}()) {}
 
@@ -280,7 +282,10 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   if (job->ended) return;
   job->ended = true;
   job->end_reason = reason;
-  if (job->assignment) target_->Remove(job->assignment->id);
+  if (job->assignment) {
+    KeepEndedLocked(*job);
+    target_->Remove(job->assignment->id);
+  }
   (void)registry_.End(job->name);  // NotFound: a job refused at its first rank
   for (size_t r = 0; r < job->events.size(); ++r) {
     if (int(r) == lost_rank) continue;
@@ -300,6 +305,43 @@ void ControlService::EndAll(const std::string& reason) {
   std::vector<std::shared_ptr<Job>> all;
   for (auto& [name, job] : jobs_) all.push_back(job);
   for (auto& job : all) EndLocked(job, -1, reason);
+}
+
+control::v1::JobStats ControlService::JobStatsLocked(const Job& job,
+                                                     const DataPlaneCounters& counters) const {
+  control::v1::JobStats j;
+  j.set_job_name(job.name);
+  j.set_world_size(job.world_size);
+  uint32_t joined = 0;
+  for (const auto& a : job.addresses) joined += a.empty() ? 0 : 1;
+  j.set_joined(joined);
+  j.set_active(job.assignment.has_value() && !job.ended);
+  if (job.assignment) {
+    j.set_job_id(job.assignment->id.value());
+    j.set_pool_slots(job.assignment->pool_slots);
+    j.set_result_multicast(!job.result_groups.empty());
+    FillCounters(counters, j.mutable_counters());
+  }
+  j.set_ended(job.ended);
+  j.set_end_reason(job.end_reason);
+  return j;
+}
+
+void ControlService::KeepEndedLocked(const Job& job) {
+  if (job_stats_grace_.count() <= 0) return;
+  // Its last counters, before the target forgets the job. A target that
+  // counts all jobs together (a P4 switch) has none to keep.
+  DataPlaneCounters last;
+  if (target_->counts_per_job()) {
+    auto c = target_->Counters({job.assignment->id});
+    if (c.ok()) {
+      const auto it = c.value().per_job.find(job.assignment->id.value());
+      if (it != c.value().per_job.end()) last = it->second;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  ended_.push_back({JobStatsLocked(job, last), now + job_stats_grace_});
+  while (ended_.size() > kMaxEndedJobs) ended_.pop_front();
 }
 
 control::v1::StatsReply ControlService::CollectStats() {
@@ -326,23 +368,22 @@ control::v1::StatsReply ControlService::CollectStats() {
   reply.set_send_errors(c.send_errors);
   reply.set_pool_slots(target_->limits().pool_slots);
   reply.set_free_slots(registry_.free_slots());
-  for (const auto& [name, job] : jobs_) {
-    auto* j = reply.add_jobs();
-    j->set_job_name(name);
-    j->set_world_size(job->world_size);
-    uint32_t joined = 0;
-    for (const auto& a : job->addresses) joined += a.empty() ? 0 : 1;
-    j->set_joined(joined);
-    j->set_active(job->assignment.has_value());
-    if (job->assignment) {
-      j->set_job_id(job->assignment->id.value());
-      j->set_pool_slots(job->assignment->pool_slots);
-      j->set_result_multicast(!job->result_groups.empty());
-      // A target that counts all jobs together (a P4 switch) leaves these zero.
-      const auto it = c.per_job.find(job->assignment->id.value());
-      FillCounters(it != c.per_job.end() ? it->second : DataPlaneCounters{}, j->mutable_counters());
-    }
+  for (size_t i = 0; i < c.shards.size(); ++i) {
+    auto* shard = reply.add_shards();
+    shard->set_shard(uint32_t(i));
+    FillCounters(c.shards[i].counters, shard->mutable_counters());
+    shard->set_packets_sent(c.shards[i].packets_sent);
+    shard->set_send_errors(c.shards[i].send_errors);
   }
+  for (const auto& [name, job] : jobs_) {
+    // A target that counts all jobs together (a P4 switch) leaves these zero.
+    const auto it = job->assignment ? c.per_job.find(job->assignment->id.value()) : c.per_job.end();
+    *reply.add_jobs() =
+        JobStatsLocked(*job, it != c.per_job.end() ? it->second : DataPlaneCounters{});
+  }
+  const auto now = std::chrono::steady_clock::now();
+  while (!ended_.empty() && ended_.front().until <= now) ended_.pop_front();
+  for (const auto& e : ended_) *reply.add_ended_jobs() = e.stats;
   return reply;
 }
 

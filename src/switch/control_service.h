@@ -31,7 +31,11 @@ class ControlService final : public control::v1::Control::Service {
   // Jobs run on `target`, which must outlive the service. With
   // `result_multicast`, jobs whose ranks all sit on loopback and accept it
   // get their results by host-local multicast where the target has groups.
-  explicit ControlService(DataPlaneTarget* target, bool result_multicast = true);
+  // An ended job's final counters stay in the stats for `job_stats_grace`.
+  explicit ControlService(DataPlaneTarget* target, bool result_multicast = true,
+                          std::chrono::seconds job_stats_grace = std::chrono::seconds(300));
+  // The most ended jobs kept for the grace period; the oldest go first.
+  static constexpr size_t kMaxEndedJobs = 256;
 
   grpc::Status Join(grpc::ServerContext* context, const control::v1::JoinRequest* request,
                     grpc::ServerWriter<control::v1::JobEvent>* writer) override;
@@ -90,14 +94,26 @@ class ControlService final : public control::v1::Control::Service {
 
   // Ends `job`: removes it from the target and the registry, tells the other ranks.
   void EndLocked(const std::shared_ptr<Job>& job, int lost_rank, const std::string& reason);
+  // The job's line in the stats, with `counters`.
+  control::v1::JobStats JobStatsLocked(const Job& job, const DataPlaneCounters& counters) const;
+  // Keeps an ending job's final stats for the grace period.
+  void KeepEndedLocked(const Job& job);
+
+  // A job that ended, as the stats show it until `until`.
+  struct EndedJob {
+    control::v1::JobStats stats;
+    std::chrono::steady_clock::time_point until;
+  };
 
   DataPlaneTarget* target_;
   const bool result_multicast_;
+  const std::chrono::seconds job_stats_grace_;
   std::mutex mu_;
   std::condition_variable changed_;
   JobRegistry registry_;                              // guarded by mu_
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   std::mt19937_64 token_source_;                      // guarded by mu_
+  std::deque<EndedJob> ended_;                        // guarded by mu_, oldest first
 };
 
 }  // namespace switchml

@@ -43,6 +43,13 @@ struct TargetCounters {
   std::map<uint32_t, DataPlaneCounters> per_job;
   uint64_t packets_sent = 0;
   uint64_t send_errors = 0;
+  // Per data thread, where the target has them (the software switch).
+  struct Shard {
+    DataPlaneCounters counters;
+    uint64_t packets_sent = 0;
+    uint64_t send_errors = 0;
+  };
+  std::vector<Shard> shards;
 };
 
 class DataPlaneTarget {
@@ -74,6 +81,9 @@ class DataPlaneTarget {
   virtual void Remove(JobId id) = 0;
   // Counters of the whole target, and of `jobs` where it counts per job.
   virtual StatusOr<TargetCounters> Counters(const std::vector<JobId>& jobs) = 0;
+  // Whether Counters() tells jobs apart (then a job's last counters are read
+  // as it ends, for the stats of ended jobs).
+  virtual bool counts_per_job() const { return true; }
 };
 
 }  // namespace switchml

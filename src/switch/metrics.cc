@@ -3,6 +3,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "dataplane/data_plane.h"
@@ -84,17 +85,31 @@ std::vector<MetricFamily> MetricFamilies(const control::v1::StatsReply& s) {
         double(s.free_slots()));
   f.Add("switchml_jobs", MetricType::Gauge, "registered jobs (waiting for ranks or running)", {},
         double(s.jobs_size()));
-  for (const auto& j : s.jobs()) {
-    const Labels labels = {{"job", j.job_name()}, {"id", std::to_string(j.job_id())}};
-    f.Add("switchml_job_ranks_joined", MetricType::Gauge, "ranks of the job that have joined",
-          labels, double(j.joined()));
-    f.Add("switchml_job_active", MetricType::Gauge, "1 once every rank joined and the job runs",
-          labels, j.active() ? 1 : 0);
-    if (j.active()) {
-      f.Add("switchml_job_result_multicast", MetricType::Gauge,
-            "1 if the job's results go by host-local multicast", labels,
-            j.result_multicast() ? 1 : 0);
-      AddCounters(f, "switchml_job_", ", this job", j.counters(), labels);
+  for (const auto& shard : s.shards()) {
+    const Labels labels = {{"shard", std::to_string(shard.shard())}};
+    f.Add("switchml_shard_packets_sent_total", MetricType::Counter,
+          "datagrams this data thread sent", labels, double(shard.packets_sent()));
+    AddCounters(f, "switchml_shard_", ", this data thread", shard.counters(), labels);
+  }
+  // Running jobs, then those that ended within the grace period (their last counts).
+  std::set<std::pair<std::string, uint32_t>> seen;  // one series per (job, id)
+  for (const auto* jobs : {&s.jobs(), &s.ended_jobs()}) {
+    for (const auto& j : *jobs) {
+      if (!seen.emplace(j.job_name(), j.job_id()).second) continue;
+      const Labels labels = {{"job", j.job_name()}, {"id", std::to_string(j.job_id())}};
+      f.Add("switchml_job_ranks_joined", MetricType::Gauge, "ranks of the job that have joined",
+            labels, double(j.joined()));
+      f.Add("switchml_job_active", MetricType::Gauge, "1 once every rank joined and the job runs",
+            labels, j.active() ? 1 : 0);
+      f.Add("switchml_job_ended", MetricType::Gauge,
+            "1 for a job that ended (kept for the switch's --job-stats-grace-s)", labels,
+            j.ended() ? 1 : 0);
+      if (j.active() || j.ended()) {
+        f.Add("switchml_job_result_multicast", MetricType::Gauge,
+              "1 if the job's results go by host-local multicast", labels,
+              j.result_multicast() ? 1 : 0);
+        AddCounters(f, "switchml_job_", ", this job", j.counters(), labels);
+      }
     }
   }
   return f.Take();

@@ -23,14 +23,24 @@ std::string FormatTable(const control::v1::StatsReply& s) {
   for (const auto& [error, n] : s.decode_errors()) {
     out += "  malformed " + error + ": " + std::to_string(n) + "\n";
   }
-  out += "jobs: " + std::to_string(s.jobs_size()) + "\n";
-  for (const auto& j : s.jobs()) {
+  if (s.shards_size() > 1) {
+    for (const auto& shard : s.shards()) {
+      std::snprintf(buf, sizeof(buf), "  data thread %u: packets in %llu, out %llu\n",
+                    shard.shard(), (unsigned long long)shard.counters().packets(),
+                    (unsigned long long)shard.packets_sent());
+      out += buf;
+    }
+  }
+  auto job_line = [&](const control::v1::JobStats& j) {
     const auto& c = j.counters();
     std::snprintf(buf, sizeof(buf),
                   "  %-20s id %-6u %s %u/%u ranks, %u slots%s: packets %llu, completed %llu, "
                   "resent %llu, pending %llu\n",
-                  j.job_name().c_str(), j.job_id(), j.active() ? "active " : "joining", j.joined(),
-                  j.world_size(), j.pool_slots(),
+                  j.job_name().c_str(), j.job_id(),
+                  j.ended()    ? "ended  "
+                  : j.active() ? "active "
+                               : "joining",
+                  j.joined(), j.world_size(), j.pool_slots(),
                   j.result_multicast() ? ", results by multicast" : "",
                   (unsigned long long)c.packets(), (unsigned long long)c.slots_completed(),
                   (unsigned long long)c.results_resent(), (unsigned long long)c.pending_replies());
@@ -38,6 +48,13 @@ std::string FormatTable(const control::v1::StatsReply& s) {
     for (const auto& [reason, n] : c.drops()) {
       out += "      dropped " + reason + ": " + std::to_string(n) + "\n";
     }
+    if (j.ended()) out += "      ended: " + j.end_reason() + "\n";
+  };
+  out += "jobs: " + std::to_string(s.jobs_size()) + "\n";
+  for (const auto& j : s.jobs()) job_line(j);
+  if (s.ended_jobs_size() > 0) {
+    out += "ended recently: " + std::to_string(s.ended_jobs_size()) + "\n";
+    for (const auto& j : s.ended_jobs()) job_line(j);
   }
   return out;
 }

@@ -59,6 +59,11 @@ Status SwitchConfig::Validate() const {
                            " is out of range; use 0.." + std::to_string(kMaxBusyPollUs) +
                            " (0: sleep at once)");
   }
+  if (job_stats_grace_s > kMaxJobStatsGraceS) {
+    return InvalidArgument("job_stats_grace_s=" + std::to_string(job_stats_grace_s) +
+                           " is out of range; use 0.." + std::to_string(kMaxJobStatsGraceS) +
+                           " (seconds; 0: an ended job's counters go with it)");
+  }
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
   if (transport == "af_xdp" && data_plane.max_elements_per_packet > kMaxAfXdpElementsPerPacket) {
     return InvalidArgument(
@@ -166,7 +171,8 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
   impl->software = software;
   const bool multicast = software != nullptr && !software->result_ports().empty();
   impl->config.result_multicast = multicast;
-  impl->service = std::make_unique<ControlService>(impl->target.get(), multicast);
+  impl->service = std::make_unique<ControlService>(
+      impl->target.get(), multicast, std::chrono::seconds(impl->config.job_stats_grace_s));
 
   grpc::ServerBuilder builder;
   int selected = 0;

@@ -56,6 +56,7 @@ class Bmv2DataPlane final : public DataPlaneTarget {
   void Remove(JobId id) override;
   // The program counts all jobs together: no per-job counters.
   StatusOr<TargetCounters> Counters(const std::vector<JobId>& jobs) override;
+  bool counts_per_job() const override { return false; }  // one set of registers for all
 
   // SWITCHML_UDP_PORT_BASE of p4/common/constants.p4.
   static constexpr uint16_t kUdpPort = 0xBEE0;
