@@ -39,6 +39,7 @@ struct Options {
   std::string dtype = "float32";
   uint64_t seed = 1;
   std::string peer;  // --peer: "", "gloo" or "mpi"
+  uint32_t local_switches = 1;
   std::string config_file;
   // Context settings given as flags, in order: (field, value).
   std::vector<std::pair<std::string, std::string>> context_flags;
@@ -310,12 +311,73 @@ bool Compare(const std::string& peer, std::vector<nlohmann::json>& ours,
   return complete;
 }
 
+// Starts one switch on loopback for `workers` local workers; returns its pid
+// (-1: none) and control port (0: it did not start, said on stderr).
+std::pair<pid_t, int> StartLocalSwitch(const std::string& dir, uint32_t workers,
+                                       const ContextConfig& config) {
+  char port_file[] = "/tmp/switchml-bench-XXXXXX";
+  const int fd = mkstemp(port_file);
+  if (fd < 0) return {-1, 0};
+  close(fd);
+  unlink(port_file);
+  const pid_t sw = bench::Spawn({dir + "/switchml-switch",
+                                 "--bind",
+                                 "127.0.0.1",
+                                 "--control-port",
+                                 "0",
+                                 "--data-port",
+                                 "0",
+                                 "--port-file",
+                                 port_file,
+                                 "--log-level",
+                                 "warn",
+                                 "--max-workers",
+                                 std::to_string(std::max<uint32_t>(64, workers)),
+                                 "--max-elements-per-packet",
+                                 "8192",
+                                 "--pool-slots",
+                                 "2048",
+                                 "--busy-poll-us",
+                                 std::to_string(config.busy_poll_us),
+                                 "--udp-offload",
+                                 config.udp_offload ? "true" : "false",
+                                 "--transport",
+                                 config.transport},
+                                nullptr);
+  if (sw < 0) {
+    std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
+    return {-1, 0};
+  }
+  int control_port = 0, data_port = 0;
+  for (int i = 0; i < 500 && control_port == 0; ++i) {
+    std::ifstream(port_file) >> control_port >> data_port;
+    if (control_port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  unlink(port_file);
+  if (control_port == 0) std::fprintf(stderr, "the switch did not start\n");
+  return {sw, control_port};
+}
+
 int RunLocal(const Options& o, const std::vector<std::string>& passthrough,
              const std::vector<std::string>& peer_passthrough) {
-  // The workers' settings, checked once here (any rank: the parent assigns them).
+  // The workers' settings, checked once here (any rank: the parent assigns
+  // them; any addresses, one per switch).
   Options any_rank = o;
   any_rank.context_flags.emplace_back("rank", "0");
   any_rank.context_flags.emplace_back("world_size", std::to_string(o.local));
+  std::string placeholders;
+  for (uint32_t k = 0; k < o.local_switches; ++k) {
+    placeholders += (k ? ",127.0.0.1:" : "127.0.0.1:") + std::to_string(k + 1);
+  }
+  any_rank.context_flags.emplace_back("switch_address", placeholders);
+  // Every switch needs a thread of each worker: unless --threads says, one each.
+  std::vector<std::string> worker_flags = passthrough;
+  const bool threads_given = std::any_of(o.context_flags.begin(), o.context_flags.end(),
+                                         [](const auto& f) { return f.first == "threads"; });
+  if (o.local_switches > 1 && !threads_given) {
+    any_rank.context_flags.emplace_back("threads", std::to_string(o.local_switches));
+    worker_flags.insert(worker_flags.end(), {"--threads", std::to_string(o.local_switches)});
+  }
   auto config = WorkerConfig(any_rank);
   if (config.ok()) {
     if (Status s = config.value().Validate(); !s.ok()) config = s;
@@ -331,68 +393,33 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough,
     std::fprintf(stderr, "%s\n", peer_command.status().message().c_str());
     return 2;
   }
-  char port_file[] = "/tmp/switchml-bench-XXXXXX";
-  const int fd = mkstemp(port_file);
-  if (fd < 0) return 2;
-  close(fd);
-  unlink(port_file);
-  const pid_t sw = bench::Spawn({dir + "/switchml-switch",
-                                 "--bind",
-                                 "127.0.0.1",
-                                 "--control-port",
-                                 "0",
-                                 "--data-port",
-                                 "0",
-                                 "--port-file",
-                                 port_file,
-                                 "--log-level",
-                                 "warn",
-                                 "--max-workers",
-                                 std::to_string(std::max<uint32_t>(64, o.local)),
-                                 "--max-elements-per-packet",
-                                 "8192",
-                                 "--pool-slots",
-                                 "2048",
-                                 "--busy-poll-us",
-                                 std::to_string(config.value().busy_poll_us),
-                                 "--udp-offload",
-                                 config.value().udp_offload ? "true" : "false",
-                                 "--transport",
-                                 config.value().transport},
-                                nullptr);
-  if (sw < 0) {
-    std::fprintf(stderr, "cannot start %s/switchml-switch\n", dir.c_str());
-    return 2;
-  }
-  int control_port = 0, data_port = 0;
-  for (int i = 0; i < 500 && control_port == 0; ++i) {
-    std::ifstream(port_file) >> control_port >> data_port;
-    if (control_port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  unlink(port_file);
-  if (control_port == 0) {
-    std::fprintf(stderr, "the switch did not start\n");
-    kill(sw, SIGTERM);
-    bench::WaitFor(sw);
-    return 2;
+  std::vector<pid_t> switches;
+  std::string addresses;
+  auto stop_switches = [&switches] {
+    for (pid_t sw : switches) kill(sw, SIGTERM);
+    for (pid_t sw : switches) bench::WaitFor(sw);
+  };
+  for (uint32_t k = 0; k < o.local_switches; ++k) {
+    const auto [sw, control_port] = StartLocalSwitch(dir, o.local, config.value());
+    if (sw > 0) switches.push_back(sw);
+    if (control_port == 0) {
+      stop_switches();
+      return 2;
+    }
+    addresses += (k ? "," : "") + std::string("127.0.0.1:") + std::to_string(control_port);
   }
   std::vector<nlohmann::json> results;
   int rc = bench::CollectLocalWorkers(
       o.local,
       [&](uint32_t r) {
-        std::vector<std::string> argv = {dir + "/switchml-bench",
-                                         "--switch",
-                                         "127.0.0.1:" + std::to_string(control_port),
-                                         "--rank",
-                                         std::to_string(r),
-                                         "--world",
-                                         std::to_string(o.local)};
-        argv.insert(argv.end(), passthrough.begin(), passthrough.end());
+        std::vector<std::string> argv = {
+            dir + "/switchml-bench", "--switch", addresses, "--rank", std::to_string(r), "--world",
+            std::to_string(o.local)};
+        argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
         return argv;
       },
       &results);
-  kill(sw, SIGTERM);
-  bench::WaitFor(sw);
+  stop_switches();
   std::vector<nlohmann::json> peer_results;
   if (!o.peer.empty() && !results.empty()) {
     const uint32_t block = results[0].value("elements_per_packet", 1024u);
@@ -416,6 +443,10 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("--local", o.local, "start a switch and this many workers here, on loopback")
       ->check(CLI::Range(1, 256));
+  app.add_option("--local-switches", o.local_switches,
+                 "with --local: start this many switches and spread the job over them (each "
+                 "worker gets a thread per switch unless --threads says)")
+      ->check(CLI::Range(1, 16));
   app.add_option("--peer", o.peer,
                  "with --local: then run the same sweep with this peer (gloo: Gloo's ring, "
                  "mpi: Open MPI's MPI_Allreduce) and compare")

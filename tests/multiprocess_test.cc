@@ -212,6 +212,51 @@ TEST(MultiProcessFailures, KilledSwitchFailsWorkersCleanlyAndARestartedOneServes
   for (auto& w : again) EXPECT_EQ(w->Wait(), 0) << w->output();
 }
 
+// One job over two switch processes (--switch A,B): the same bits as
+// through one switch; kill -9 of one fails every rank, naming it.
+TEST(MultiProcessSwitchHosts, TwoSwitchesGiveOneSwitchsResultsAndAKilledOneIsNamed) {
+  Switch one, a, b;
+  const std::string both = a.address() + "," + b.address();
+  auto run = [](const std::string& address, const std::string& job) {
+    std::vector<std::unique_ptr<Process>> workers;
+    for (int r = 0; r < 3; ++r) {
+      workers.push_back(std::make_unique<Process>(std::vector<std::string>{
+          kBin + "/switchml-bench", "--switch", address, "--job", job, "--rank", std::to_string(r),
+          "--world", "3", "--threads", "2", "--size", "1MiB", "--reps", "2",
+          "--elements-per-packet", "1024"}));
+    }
+    std::vector<std::string> digests;
+    for (auto& w : workers) {
+      EXPECT_EQ(w->Wait(), 0) << w->output();
+      EXPECT_TRUE(w->Result().value("within_bound", false)) << w->output();
+      digests.push_back(w->Result().value("result_digest", "?"));
+    }
+    return digests;
+  };
+  const auto flat = run(one.address(), "flat");
+  const auto split = run(both, "split");
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(flat[r], flat[0]);
+    EXPECT_EQ(split[r], flat[0]) << "rank " << r;
+  }
+
+  std::vector<std::unique_ptr<Process>> workers;
+  for (int r = 0; r < 2; ++r) {
+    workers.push_back(std::make_unique<Process>(std::vector<std::string>{
+        kBin + "/switchml-bench", "--switch", both, "--job", "long", "--rank", std::to_string(r),
+        "--world", "2", "--threads", "2", "--size", "4MiB", "--reps", "100000",
+        "--failure-timeout-ms", "600000"}));
+  }
+  std::this_thread::sleep_for(1500ms);  // well into the repetitions
+  b.process().Kill(SIGKILL);
+  EXPECT_EQ(b.process().Wait(), 128 + SIGKILL);
+  for (auto& w : workers) {
+    EXPECT_EQ(w->Wait(), 1);
+    EXPECT_NE(w->output().find("at switch " + b.address()), std::string::npos) << w->output();
+  }
+  b.Restart();  // for its destructor's clean stop
+}
+
 // Bad command lines (issue 14.3 and 14.6): each a one-line error and a
 // non-zero exit, never a crash, a silent default or a daemon that half works.
 int NonEmptyLines(const std::string& text) {

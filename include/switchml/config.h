@@ -14,10 +14,14 @@
 namespace switchml {
 
 struct ContextConfig {
-  std::string switch_address = "127.0.0.1:48800";  // control plane, HOST[:PORT]
-  std::string job_name = "default";                // ranks with the same name form one job
-  std::string local_address;  // IPv4 to send from; empty: the route to the switch decides
-  uint32_t rank = 0;          // 0..world_size-1
+  // The switch's control plane, HOST[:PORT]; or several switch hosts,
+  // comma-separated, over which the job's slots spread: worker thread t talks
+  // to host t % hosts (so threads >= hosts), each host aggregates its share,
+  // and the results are bitwise those of one switch. Same order on every rank.
+  std::string switch_address = "127.0.0.1:48800";
+  std::string job_name = "default";  // ranks with the same name form one job
+  std::string local_address;         // IPv4 to send from; empty: the route to the switch decides
+  uint32_t rank = 0;                 // 0..world_size-1
   uint32_t world_size = 1;
   uint32_t threads = 1;  // I/O threads, each with its own socket and slot range
   // int32 values per packet, 32..8192; 0: the largest that fits every

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "client/switch_hosts.h"
 #include "net/packet_auth.h"
 #include "transport/transport.h"
 
@@ -27,7 +28,10 @@ struct Field {
 
 constexpr uint32_t kMaxMs = 24 * 3600 * 1000;
 const Field kFields[] = {
-    {"switch_address", "control plane of the switch, HOST[:PORT]", &ContextConfig::switch_address},
+    {"switch_address",
+     "control plane of the switch, HOST[:PORT]; several, comma-separated, spread the job's slots "
+     "over them (thread t to host t % hosts)",
+     &ContextConfig::switch_address},
     {"job_name", "ranks that use the same name form one job", &ContextConfig::job_name},
     {"local_address", "IPv4 address to send from (empty: the route to the switch decides)",
      &ContextConfig::local_address},
@@ -121,6 +125,15 @@ Status ContextConfig::Validate() const {
     }
   }
   if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
+  if (Status s = CheckSwitchHosts(switch_address); !s.ok()) return s;
+  const std::vector<std::string> hosts = SplitSwitchHosts(switch_address);
+  if (threads < hosts.size()) {
+    return InvalidArgument("threads=" + std::to_string(threads) + " is fewer than the " +
+                           std::to_string(hosts.size()) +
+                           " switch hosts in switch_address: every host needs an I/O thread of "
+                           "its own; set threads to " +
+                           std::to_string(hosts.size()) + " or more");
+  }
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
   if (transport == "af_xdp" && elements_per_packet > kMaxAfXdpElementsPerPacket) {

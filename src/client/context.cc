@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "client/client_log.h"
+#include "client/switch_hosts.h"
 #include "client/worker_thread.h"
 #include "common/thread_split.h"
 #include "net/address.h"
@@ -72,36 +73,51 @@ Status Work::status() const {
 
 struct Context::Impl {
   ContextConfig config;
-  std::string job;  // "job 'name' at switch host:port", for messages
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<control::v1::Control::Stub> stub;
-  grpc::ClientContext stream;
-  std::unique_ptr<grpc::ClientReader<control::v1::JobEvent>> reader;
-  std::thread control_thread;
+  std::string job;  // "job 'name' at switch host:port[, ...]", for messages
+  // One switch host of the job: its control connection and Join stream.
+  struct Host {
+    std::string job;  // "job 'name' at switch host:port", for messages
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<control::v1::Control::Stub> stub;
+    grpc::ClientContext stream;
+    std::unique_ptr<grpc::ClientReader<control::v1::JobEvent>> reader;
+    std::thread control_thread;
+    uint64_t token = 0;  // from the assignment, for Leave
+  };
+  std::vector<std::unique_ptr<Host>> hosts;  // worker thread t talks to host t % hosts
   std::vector<std::unique_ptr<WorkerThread>> workers;
   std::atomic<bool> stopping{false};
   std::once_flag stop_once;
-  uint64_t token = 0;  // from the assignment, for Leave
 
   void FailAll(const Status& s) {
     for (auto& w : workers) w->Fail(s);
   }
-  // Reads job events until the stream ends; turns them into failures.
-  void WatchControlStream() {
+  // Reads a host's job events until its stream ends; turns them into
+  // failures of every thread (a job that fails on one host fails on all).
+  void WatchControlStream(Host& host) {
     control::v1::JobEvent event;
-    while (reader->Read(&event)) {
+    while (host.reader->Read(&event)) {
       if (!event.has_rank_lost()) continue;
       const auto& lost = event.rank_lost();
       FailAll(Status(StatusCode::kAborted, lost.rank() == ~0u
-                                               ? job + " ended: " + lost.reason()
+                                               ? host.job + " ended: " + lost.reason()
                                                : "rank " + std::to_string(lost.rank()) + " left " +
-                                                     job + ": " + lost.reason()));
+                                                     host.job + ": " + lost.reason()));
     }
-    const grpc::Status end = reader->Finish();
+    const grpc::Status end = host.reader->Finish();
     if (!stopping.load()) {
-      FailAll(Status(StatusCode::kAborted, "lost the control connection to the switch (" + job +
-                                               "): " + end.error_message() +
+      FailAll(Status(StatusCode::kAborted, "lost the control connection to the switch (" +
+                                               host.job + "): " + end.error_message() +
                                                " (did the switch stop?)"));
+    }
+  }
+  // Ends the Join streams (of an assignment this worker cannot use).
+  void Abandon() {
+    for (auto& h : hosts) {
+      if (!h->reader) continue;
+      h->stream.TryCancel();
+      h->reader->Finish();
+      h->reader.reset();
     }
   }
 };
@@ -133,6 +149,67 @@ Status JoinError(const grpc::Status& s, const std::string& job) {
   return Status(status.code(), "joining " + job + " failed: " + s.error_message());
 }
 
+// One host's part of the job, as its assignment gave it.
+struct HostShare {
+  std::vector<uint32_t> threads;  // the worker threads (global indexes) it serves
+  sockaddr_in data{};             // where its data threads listen
+  std::vector<uint32_t> ports;    // its data threads' ports
+  std::vector<std::unique_ptr<transport::Endpoint>> groups;  // per thread, or none
+  control::v1::Assignment assignment;
+};
+
+// Checks one host's assignment and opens what it asks for (result groups).
+Status TakeAssignment(const ContextConfig& config, const control::v1::Assignment& a,
+                      const sockaddr_in& control, const transport::EndpointOptions& options,
+                      transport::Transport& transport, HostShare* share) {
+  sockaddr_in data = control;
+  if (!a.data_address().empty()) {
+    auto parsed = net::ParseAddress(a.data_address(), 0);
+    if (!parsed.ok()) {
+      return Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
+                                               a.data_address().substr(0, 64) + "'");
+    }
+    data = parsed.value();
+  }
+  std::vector<uint32_t> ports(a.data_ports().begin(), a.data_ports().end());
+  if (ports.empty()) ports.push_back(a.data_port());
+  for (uint32_t port : ports) {
+    if (port == 0 || port > 65535) {
+      return Status(StatusCode::kInternal,
+                    "the switch sent an invalid data port " + std::to_string(port));
+    }
+  }
+  share->data = data;
+  share->ports = std::move(ports);
+  share->assignment = a;
+  // With result groups, thread j of this host also receives on group j (host-local).
+  if (a.result_groups_size() == 0) return Status::Ok();
+  const size_t threads = share->threads.size();
+  if (!config.result_multicast || size_t(a.result_groups_size()) != threads) {
+    return Status(StatusCode::kInternal,
+                  "the switch sent " + std::to_string(a.result_groups_size()) +
+                      " result groups for " + std::to_string(threads) + " threads" +
+                      (config.result_multicast ? "" : ", unasked"));
+  }
+  for (const std::string& text : a.result_groups()) {
+    auto group = net::ParseAddress(text, 0);
+    Status failed = group.status();
+    if (group.ok() && group.value().sin_port == 0) failed = InvalidArgument("no port");
+    if (failed.ok()) {
+      auto endpoint = transport.JoinGroup(group.value(), in_addr{htonl(INADDR_LOOPBACK)}, options);
+      failed = endpoint.status();
+      if (endpoint.ok()) share->groups.push_back(std::move(endpoint).value());
+    }
+    if (!failed.ok()) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "cannot receive results on the switch's group '" + text.substr(0, 64) +
+                        "': " + failed.message() +
+                        " (set result_multicast = false to receive them by unicast)");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
@@ -145,179 +222,188 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
                                                   std::shared_ptr<transport::Transport> transport) {
   if (Status s = config.Validate(); !s.ok()) return s;
   if (transport == nullptr) return InvalidArgument("Context::Start needs a transport");
-  auto control = net::ParseAddress(config.switch_address, kDefaultControlPort);
-  if (!control.ok()) return control.status();
+  auto controls = ParseSwitchHosts(config.switch_address);
+  if (!controls.ok()) return controls.status();
+  const size_t host_count = controls.value().size();
   auto impl = std::make_unique<Impl>();
   impl->config = config;
-  impl->job = "job '" + config.job_name + "' at switch " + net::FormatAddress(control.value());
-
-  // One endpoint per thread, on the address that faces the switch.
-  // The data path is assumed to follow the control path's route; its MTU
-  // bounds the packet size the switch may choose.
-  auto route = transport->RouteToward(control.value());
-  if (!route.ok()) return route.status();
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  if (!config.local_address.empty()) {
-    auto parsed = net::ParseAddress(config.local_address, 0);
-    if (!parsed.ok()) return parsed.status();
-    local = parsed.value();
-  } else {
-    local.sin_addr = route.value().local;
+  std::string switches;
+  for (const sockaddr_in& control : controls.value()) {
+    switches += (switches.empty() ? "" : ", ") + net::FormatAddress(control);
+    impl->hosts.push_back(std::make_unique<Impl::Host>());
+    impl->hosts.back()->job =
+        "job '" + config.job_name + "' at switch " + net::FormatAddress(control);
   }
-  local.sin_port = 0;
+  impl->job = "job '" + config.job_name + "' at switch" + (host_count > 1 ? "es " : " ") + switches;
+
+  // One endpoint per thread, on the address that faces its switch host. The
+  // data path is assumed to follow the control path's route; the smallest
+  // MTU of the routes bounds the packet size the switches may choose.
+  std::vector<sockaddr_in> locals;
+  int path_elements = 0;
+  for (const sockaddr_in& control : controls.value()) {
+    auto route = transport->RouteToward(control);
+    if (!route.ok()) return route.status();
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    if (!config.local_address.empty()) {
+      auto parsed = net::ParseAddress(config.local_address, 0);
+      if (!parsed.ok()) return parsed.status();
+      local = parsed.value();
+    } else {
+      local.sin_addr = route.value().local;
+    }
+    local.sin_port = 0;
+    locals.push_back(local);
+    if (route.value().mtu > 0) {
+      const int elements = int(ElementsPerPacketForMtu(size_t(route.value().mtu)));
+      path_elements = path_elements == 0 ? elements : std::min(path_elements, elements);
+    }
+  }
   // Their buffers are sized once the switch has chosen the packet size.
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints;
-  control::v1::JoinRequest request;
+  std::vector<HostShare> shares(host_count);
   for (uint32_t t = 0; t < config.threads; ++t) {
-    auto endpoint = transport->Open(
-        local, WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
+    auto endpoint =
+        transport->Open(locals[t % host_count],
+                        WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
     if (!endpoint.ok()) return endpoint.status();
-    request.add_data_addresses(net::FormatAddress(endpoint.value()->local_address()));
     endpoints.push_back(std::move(endpoint).value());
+    shares[t % host_count].threads.push_back(t);
   }
-  request.set_protocol_version(kWireVersion);
-  request.set_job_name(config.job_name);
-  request.set_rank(config.rank);
-  request.set_world_size(config.world_size);
-  request.set_elements_per_packet(config.elements_per_packet);
-  request.set_pool_slots(config.pool_slots);
-  if (route.value().mtu > 0) {
-    request.set_path_elements_per_packet(ElementsPerPacketForMtu(size_t(route.value().mtu)));
-  }
-  request.set_join_timeout_ms(config.join_timeout_ms);
-  request.set_accept_result_multicast(config.result_multicast);
   std::optional<net::AuthKey> secret;
-  if (!config.auth_key.empty()) {
-    secret = net::ParseAuthKey(config.auth_key).value();  // Validate() checked it
-    request.set_auth_key(std::string(secret->begin(), secret->end()));
-  }
+  if (!config.auth_key.empty()) secret = net::ParseAuthKey(config.auth_key).value();  // checked
 
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  impl->channel = grpc::CreateCustomChannel(net::FormatAddress(control.value()),
-                                            grpc::InsecureChannelCredentials(), args);
-  impl->stub = control::v1::Control::NewStub(impl->channel);
-  impl->reader = impl->stub->Join(&impl->stream, request);
-  control::v1::JobEvent first;
-  if (!impl->reader->Read(&first)) return JoinError(impl->reader->Finish(), impl->job);
-  // Ends the Join stream of an assignment this worker cannot use.
-  auto abandon = [&impl](Status s) {
-    impl->stream.TryCancel();
-    impl->reader->Finish();
-    return s;
-  };
-  if (!first.has_assignment()) {
-    return abandon(Status(StatusCode::kInternal, "the switch sent no assignment for " + impl->job));
-  }
-  const auto& a = first.assignment();
-  impl->token = a.token();
-  if (a.elements_per_packet() < kMinElementsPerPacket ||
-      a.elements_per_packet() > kMaxElementsPerPacket ||
-      (config.elements_per_packet != 0 && a.elements_per_packet() != config.elements_per_packet)) {
-    return abandon(Status(StatusCode::kInternal, "the switch assigned elements_per_packet=" +
-                                                     std::to_string(a.elements_per_packet()) +
-                                                     ", which this worker cannot use"));
-  }
-  impl->config.elements_per_packet = a.elements_per_packet();  // what is in effect
-  sockaddr_in data = control.value();
-  if (!a.data_address().empty()) {
-    auto parsed = net::ParseAddress(a.data_address(), 0);
-    if (!parsed.ok()) {
-      return abandon(Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
-                                                       a.data_address().substr(0, 64) + "'"));
+  // Join the hosts in order, every rank alike (each Join waits for all
+  // ranks): the first chooses the packet size, the others are asked for it.
+  uint32_t elements_per_packet = config.elements_per_packet;
+  for (size_t h = 0; h < host_count; ++h) {
+    Impl::Host& host = *impl->hosts[h];
+    HostShare& share = shares[h];
+    control::v1::JoinRequest request;
+    for (uint32_t t : share.threads) {
+      request.add_data_addresses(net::FormatAddress(endpoints[t]->local_address()));
     }
-    data = parsed.value();
-  }
-  std::vector<uint32_t> ports(a.data_ports().begin(), a.data_ports().end());
-  if (ports.empty()) ports.push_back(a.data_port());
-  for (uint32_t port : ports) {
-    if (port == 0 || port > 65535) {
-      return abandon(Status(StatusCode::kInternal,
-                            "the switch sent an invalid data port " + std::to_string(port)));
+    request.set_protocol_version(kWireVersion);
+    request.set_job_name(config.job_name);
+    request.set_rank(config.rank);
+    request.set_world_size(config.world_size);
+    request.set_elements_per_packet(elements_per_packet);
+    request.set_pool_slots(config.pool_slots);
+    if (path_elements > 0) request.set_path_elements_per_packet(uint32_t(path_elements));
+    request.set_join_timeout_ms(config.join_timeout_ms);
+    request.set_accept_result_multicast(config.result_multicast);
+    if (secret) request.set_auth_key(std::string(secret->begin(), secret->end()));
+    host.channel = grpc::CreateCustomChannel(net::FormatAddress(controls.value()[h]),
+                                             grpc::InsecureChannelCredentials(), args);
+    host.stub = control::v1::Control::NewStub(host.channel);
+    host.reader = host.stub->Join(&host.stream, request);
+    control::v1::JobEvent first;
+    if (!host.reader->Read(&first)) {
+      const Status s = JoinError(host.reader->Finish(), host.job);
+      host.reader.reset();
+      impl->Abandon();
+      return s;
+    }
+    if (!first.has_assignment()) {
+      impl->Abandon();
+      return Status(StatusCode::kInternal, "the switch sent no assignment for " + host.job);
+    }
+    const auto& a = first.assignment();
+    host.token = a.token();
+    if (a.elements_per_packet() < kMinElementsPerPacket ||
+        a.elements_per_packet() > kMaxElementsPerPacket ||
+        (elements_per_packet != 0 && a.elements_per_packet() != elements_per_packet)) {
+      impl->Abandon();
+      return Status(StatusCode::kInternal, "the switch assigned elements_per_packet=" +
+                                               std::to_string(a.elements_per_packet()) + " for " +
+                                               host.job + ", which this worker cannot use");
+    }
+    elements_per_packet = a.elements_per_packet();
+    const transport::EndpointOptions options =
+        WorkerEndpointOptions(config, MaxPacketBytes(elements_per_packet));
+    for (uint32_t t : share.threads) endpoints[t]->Reconfigure(options);
+    if (Status s = TakeAssignment(config, a, controls.value()[h], options, *transport, &share);
+        !s.ok()) {
+      impl->Abandon();
+      return Status(s.code(), s.message() + " (" + host.job + ")");
     }
   }
+  impl->config.elements_per_packet = elements_per_packet;  // what is in effect
 
-  const transport::EndpointOptions options =
-      WorkerEndpointOptions(config, MaxPacketBytes(a.elements_per_packet()));
-  for (auto& endpoint : endpoints) endpoint->Reconfigure(options);
-  // With result groups, thread t also receives on group t (host-local).
-  std::vector<std::unique_ptr<transport::Endpoint>> groups;
-  if (a.result_groups_size() != 0) {
-    if (!config.result_multicast || a.result_groups_size() != int(config.threads)) {
-      return abandon(Status(StatusCode::kInternal,
-                            "the switch sent " + std::to_string(a.result_groups_size()) +
-                                " result groups for " + std::to_string(config.threads) +
-                                " threads" + (config.result_multicast ? "" : ", unasked")));
-    }
-    for (const std::string& text : a.result_groups()) {
-      auto group = net::ParseAddress(text, 0);
-      Status failed = group.status();
-      if (group.ok() && group.value().sin_port == 0) failed = InvalidArgument("no port");
-      if (failed.ok()) {
-        auto endpoint =
-            transport->JoinGroup(group.value(), in_addr{htonl(INADDR_LOOPBACK)}, options);
-        failed = endpoint.status();
-        if (endpoint.ok()) groups.push_back(std::move(endpoint).value());
+  // Thread j of a host's T threads owns the slots [j*S/T, (j+1)*S/T) of the
+  // S slots that host holds for the job, and talks to its data thread j % shards.
+  std::vector<sockaddr_in> destinations(config.threads);
+  impl->workers.resize(config.threads);
+  for (HostShare& share : shares) {
+    const auto& a = share.assignment;
+    const uint32_t slots = a.pool_slots(), threads = uint32_t(share.threads.size());
+    for (uint32_t j = 0; j < threads; ++j) {
+      const uint32_t t = share.threads[j];
+      WorkerEngineConfig e;
+      e.job = JobId(a.job_id());
+      e.rank = Rank(uint16_t(config.rank));
+      e.world_size = uint16_t(a.world_size());
+      e.elements_per_packet = uint16_t(a.elements_per_packet());
+      const ThreadRange range = ThreadShare(slots, j, threads);
+      e.slot_offset = uint16_t(range.begin);
+      e.pool_slots = uint16_t(range.size());
+      // A fixed window is split like the tensor, over all threads; 0 lets
+      // each thread measure.
+      const uint32_t window = config.window_slots;
+      e.window =
+          uint16_t(std::min<uint64_t>(e.pool_slots, ThreadShare(window, t, config.threads).size()));
+      e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
+      e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
+      e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
+      e.non_finite_error = config.non_finite_error;
+      if (Status s = e.Validate(); !s.ok()) {
+        impl->Abandon();
+        return s;
       }
-      if (!failed.ok()) {
-        return abandon(Status(StatusCode::kFailedPrecondition,
-                              "cannot receive results on the switch's group '" +
-                                  text.substr(0, 64) + "': " + failed.message() +
-                                  " (set result_multicast = false to receive them by unicast)"));
+      std::optional<net::PacketAuthenticator> auth;
+      if (secret) {
+        auth.emplace(*secret, a.auth_salt(), a.job_id(),
+                     net::WorkerSenderId(uint16_t(config.rank), uint16_t(j)));
       }
+      impl->workers[t] = std::make_unique<WorkerThread>(
+          e, std::move(endpoints[t]), share.groups.empty() ? nullptr : std::move(share.groups[j]),
+          auth, std::chrono::microseconds(config.busy_poll_us));
+      destinations[t] = share.data;
+      destinations[t].sin_port = htons(uint16_t(share.ports[j % share.ports.size()]));
     }
-  }
-
-  // Thread t owns the slots [t*S/T, (t+1)*S/T) of the job's S slots.
-  const uint32_t slots = a.pool_slots(), threads = config.threads;
-  for (uint32_t t = 0; t < threads; ++t) {
-    WorkerEngineConfig e;
-    e.job = JobId(a.job_id());
-    e.rank = Rank(uint16_t(config.rank));
-    e.world_size = uint16_t(a.world_size());
-    e.elements_per_packet = uint16_t(a.elements_per_packet());
-    const ThreadRange share = ThreadShare(slots, t, threads);
-    e.slot_offset = uint16_t(share.begin);
-    e.pool_slots = uint16_t(share.size());
-    // A fixed window is split like the slots; 0 lets each thread measure.
-    const uint32_t window = config.window_slots;
-    e.window = uint16_t(std::min<uint64_t>(e.pool_slots, ThreadShare(window, t, threads).size()));
-    e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
-    e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
-    e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
-    e.non_finite_error = config.non_finite_error;
-    if (Status s = e.Validate(); !s.ok()) return abandon(s);
-    std::optional<net::PacketAuthenticator> auth;
-    if (secret) {
-      auth.emplace(*secret, a.auth_salt(), a.job_id(),
-                   net::WorkerSenderId(uint16_t(config.rank), uint16_t(t)));
-    }
-    impl->workers.push_back(std::make_unique<WorkerThread>(
-        e, std::move(endpoints[t]), groups.empty() ? nullptr : std::move(groups[t]), auth,
-        std::chrono::microseconds(config.busy_poll_us)));
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
-  for (size_t t = 0; t < context->impl_->workers.size(); ++t) {
-    // Worker thread t talks to switch data thread t % shards.
-    sockaddr_in shard = data;
-    shard.sin_port = htons(uint16_t(ports[t % ports.size()]));
-    if (Status s = context->impl_->workers[t]->Start(shard); !s.ok())
-      return s;  // ~Context stops what started
-  }
   Impl* raw = context->impl_.get();
-  context->impl_->control_thread = std::thread([raw] { raw->WatchControlStream(); });
-  const ContextConfig& c = context->impl_->config;
+  for (size_t t = 0; t < raw->workers.size(); ++t) {
+    if (Status s = raw->workers[t]->Start(destinations[t]); !s.ok()) return s;  // ~Context stops
+  }
+  for (auto& host : raw->hosts) {
+    Impl::Host* h = host.get();
+    h->control_thread = std::thread([raw, h] { raw->WatchControlStream(*h); });
+  }
+  const ContextConfig& c = raw->config;
+  const HostShare& first = shares[0];
+  size_t ports = 0, slots = 0;
+  for (const HostShare& share : shares) {
+    ports += share.ports.size();
+    slots += share.assignment.pool_slots();
+  }
   ClientLog().info(
-      "rank {} of {} in {}: data to {} ({} port{}), transport {} (offload: {}), {} elements per "
+      "rank {} of {} in {}: data to {}{} ({} port{}), transport {} (offload: {}), {} elements per "
       "packet, {} slots, {} thread{}, window {}, results by {}, authentication {}",
-      c.rank, c.world_size, context->impl_->job, net::FormatAddress(data), ports.size(),
-      ports.size() == 1 ? "" : "s", transport->name(), context->offload(), c.elements_per_packet,
-      a.pool_slots(), c.threads, c.threads == 1 ? "" : "s",
+      c.rank, c.world_size, raw->job, net::FormatAddress(first.data),
+      host_count > 1 ? " and " + std::to_string(host_count - 1) + " more host(s)" : "", ports,
+      ports == 1 ? "" : "s", transport->name(), context->offload(), c.elements_per_packet, slots,
+      c.threads, c.threads == 1 ? "" : "s",
       c.window_slots == 0 ? std::string("measured") : std::to_string(c.window_slots),
-      groups.empty() ? "unicast" : "host-local multicast", secret ? "on" : "off");
+      first.groups.empty() && first.assignment.result_groups_size() == 0 ? "unicast"
+                                                                         : "host-local multicast",
+      secret ? "on" : "off");
   return context;
 }
 
@@ -331,24 +417,31 @@ void Context::Stop() {
     for (auto& w : impl_->workers) w->Stop();
     // A switch that stopped answering would only make Leave wait out its
     // deadline; closing the stream below ends the job there just as well.
-    const bool switch_silent = std::any_of(impl_->workers.begin(), impl_->workers.end(),
-                                           [](const auto& w) { return w->switch_silent(); });
-    if (impl_->token != 0 && !switch_silent) {
+    const size_t hosts = impl_->hosts.size();
+    for (size_t h = 0; h < hosts; ++h) {
+      Impl::Host& host = *impl_->hosts[h];
+      bool silent = false;
+      for (size_t t = h; t < impl_->workers.size(); t += hosts) {
+        silent = silent || impl_->workers[t]->switch_silent();
+      }
+      if (host.token == 0 || silent) continue;
       // End the job at once (the switch would also notice the stream closing).
       control::v1::LeaveRequest leave;
       leave.set_job_name(impl_->config.job_name);
       leave.set_rank(impl_->config.rank);
-      leave.set_token(impl_->token);
+      leave.set_token(host.token);
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
       control::v1::LeaveReply reply;
-      (void)impl_->stub->Leave(&context, leave, &reply);
+      (void)host.stub->Leave(&context, leave, &reply);
     }
-    impl_->stream.TryCancel();
-    if (impl_->control_thread.joinable()) {
-      impl_->control_thread.join();
-    } else if (impl_->reader) {
-      impl_->reader->Finish();
+    for (auto& host : impl_->hosts) {
+      host->stream.TryCancel();
+      if (host->control_thread.joinable()) {
+        host->control_thread.join();
+      } else if (host->reader) {
+        host->reader->Finish();
+      }
     }
   });
 }
