@@ -52,7 +52,8 @@ struct ContextFlag {
   const char* help;
 };
 constexpr ContextFlag kContextFlags[] = {
-    {"--switch", "switch_address", "control address of the switch, HOST[:PORT]"},
+    {"--switch", "switch_address",
+     "control address of the switch, HOST[:PORT]; several, comma-separated, spread the job"},
     {"--rank", "rank", "this worker's rank (required with --world > 1)"},
     {"--world", "world_size", "number of workers"},
     {"--job", "job_name", "job name (default: bench)"},

@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   int elements = 256;
   int slots = 128;
+  double link_gbps = 0;
+  double latency_us = 5;
   app.add_option("--workers", workers, "number of workers")->check(CLI::Range(1, 1024));
   app.add_option("--size", size, "tensor size per worker (B, KiB, MiB, GiB)");
   app.add_option("--loss", loss, "probability of losing each packet")->check(CLI::Range(0.0, 0.5));
@@ -33,6 +35,11 @@ int main(int argc, char** argv) {
           CLI::Range(int(switchml::kMinElementsPerPacket), int(switchml::kMaxElementsPerPacket)));
   app.add_option("--pool-slots", slots, "slots in the job's pool segment")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--link-gbps", link_gbps,
+                 "every worker's link rate, each direction (Gbit/s); 0: unlimited")
+      ->check(CLI::Range(0.0, 10000.0));
+  app.add_option("--latency-us", latency_us, "one-way delay of every transmission (microseconds)")
+      ->check(CLI::Range(0.0, 1e6));
   CLI11_PARSE(app, argc, argv);
 
   const uint64_t bytes = switchml::bench::ParseSize(size);
@@ -48,6 +55,8 @@ int main(int argc, char** argv) {
   options.pool_slots = uint16_t(slots);
   options.network.seed = seed;
   options.network.loss = loss;
+  options.network.link_bits_per_second = uint64_t(link_gbps * 1e9);
+  options.network.latency = std::chrono::nanoseconds(int64_t(latency_us * 1e3));
   options.data_plane.max_workers = uint16_t(std::max(workers, 64));
   options.data_plane.max_elements_per_packet = uint16_t(std::max(elements, 1024));
   auto cluster = switchml::SimCluster::Create(options);
@@ -110,5 +119,10 @@ int main(int argc, char** argv) {
       worst.violations, identical ? "yes" : "no", (unsigned long long)sent,
       (unsigned long long)retransmissions, (unsigned long long)c.network().counters().lost,
       virtual_s, wall);
+  if (link_gbps > 0) {
+    // In-network aggregation sends and receives the tensor once per worker.
+    std::printf("link %.3g Gbit/s: %.3f ms virtual, %.2fx the size over the link rate\n", link_gbps,
+                virtual_s * 1e3, virtual_s / (double(bytes) * 8 / (link_gbps * 1e9)));
+  }
   return worst.violations == 0 && identical ? 0 : 1;
 }

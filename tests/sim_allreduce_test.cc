@@ -2,6 +2,7 @@
 // registry and the lossy network together.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,7 +42,7 @@ SimClusterOptions Options(uint16_t world, Profile p, uint64_t seed = 1) {
   o.network = Network(p, seed);
   o.data_plane.pool_slots = 64;
   o.data_plane.max_elements_per_packet = kK;
-  o.data_plane.max_workers = 64;
+  o.data_plane.max_workers = std::max<uint16_t>(64, world);
   return o;
 }
 
@@ -175,6 +176,16 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(DType::kInt32, DType::kFloat32),
                        ::testing::Values(Profile::kClean, Profile::kLossy1, Profile::kLossy10)),
     CaseName);
+
+// Large jobs: seen-bitmaps of 4 and 16 words, hundreds of contributions per
+// slot (each a possible loss), the descriptor round and the pending replies
+// of workers that retransmit after a result went out.
+INSTANTIATE_TEST_SUITE_P(LargeJobs, SimAllReduce,
+                         ::testing::Combine(::testing::Values<uint16_t>(256, 1024),
+                                            ::testing::Values<size_t>(kK + 1, 3 * kSlots * kK + 11),
+                                            ::testing::Values(DType::kInt32, DType::kFloat32),
+                                            ::testing::Values(Profile::kLossy1)),
+                         CaseName);
 
 // Regression (pitfall: window larger than half the chunks): jobs of 1..2s
 // chunks under heavy loss, duplication and reordering.

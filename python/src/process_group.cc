@@ -1,5 +1,6 @@
 #include "process_group.h"
 
+#include <pybind11/pybind11.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -124,7 +125,20 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
 }
 
 ProcessGroupSwitchML::~ProcessGroupSwitchML() {
-  if (context_) context_->Stop();
+  // Python destroys the group (destroy_process_group) holding the GIL, and
+  // the internal Gloo group's destructor joins its worker threads, which may
+  // need the GIL to free a finished operation's tensors: release it while
+  // both stop, as torch's own bindings do for their process groups.
+  auto stop = [this] {
+    if (context_) context_->Stop();
+    fallback_.reset();
+  };
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release release;
+    stop();
+  } else {
+    stop();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t count, DType dtype,
