@@ -125,9 +125,10 @@ StatusOr<ContextConfig> WorkerConfig(const Options& o) {
   return config;
 }
 
-// The ranks' total of `wrong`, by an exact int32 all-reduce (saturated).
+// The ranks' total of `wrong`, by an exact int32 all-reduce (each rank's
+// count capped so that the sum cannot overflow).
 StatusOr<uint64_t> WrongOverRanks(Context& ctx, uint64_t wrong) {
-  int32_t n = int32_t(std::min<uint64_t>(wrong, INT32_MAX / 65536));
+  int32_t n = int32_t(std::min<uint64_t>(wrong, INT32_MAX / ctx.world_size()));
   if (Status s = ctx.AllReduce(&n, &n, 1, DType::kInt32); !s.ok()) return s;
   return uint64_t(n);
 }
@@ -503,6 +504,13 @@ int main(int argc, char** argv) {
         (o.sweep_flags.max_bytes.empty() ? o.sweep_flags.size : o.sweep_flags.max_bytes).c_str(),
         double(bytes) * 2 * double(processes) / double(1ull << 30),
         static_cast<unsigned long long>(processes), memory / double(1ull << 30));
+    return 2;
+  }
+  if (o.local_switches > 1 && o.local == 0) {
+    std::fprintf(stderr,
+                 "--local-switches %u starts switches for a --local run; across hosts, list the "
+                 "switches in --switch A,B\n",
+                 o.local_switches);
     return 2;
   }
   if (!o.peer.empty() && o.local == 0) {
