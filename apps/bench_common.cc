@@ -127,6 +127,9 @@ Timing Summarize(std::vector<double> s) {
   t.min_s = s.front();
   t.max_s = s.back();
   t.median_s = s.size() % 2 ? s[s.size() / 2] : (s[s.size() / 2 - 1] + s[s.size() / 2]) / 2;
+  double sum = 0;
+  for (double x : s) sum += x;
+  t.mean_s = sum / double(s.size());
   return t;
 }
 
@@ -196,28 +199,19 @@ std::string SelfDirectory() {
 
 namespace switchml::bench {
 
-nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t rank,
-                          uint64_t bytes, const std::string& dtype,
-                          const std::vector<double>& times, const Verification& v,
-                          const std::string& digest) {
-  const Timing t = Summarize(times);
-  return {
-      {"system", system},
-      {"workers", workers},
-      {"rank", rank},
-      {"bytes", bytes},
-      {"dtype", dtype},
-      {"reps", times.size()},
-      {"times_s", times},
-      {"median_s", t.median_s},
-      {"min_s", t.min_s},
-      {"max_s", t.max_s},
-      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
-      {"max_abs_error", v.max_abs_error},
-      {"error_bound", v.error_bound},
-      {"within_bound", v.within_bound},
-      {"result_digest", digest},
-  };
+bool ParseResultLines(const std::string& output, const std::string& who,
+                      std::vector<nlohmann::json>* lines) {
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    try {
+      lines->push_back(nlohmann::json::parse(line));
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "%s printed a malformed result: %s\n", who.c_str(), line.c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 int CollectLocalWorkers(uint32_t world,
@@ -247,16 +241,7 @@ int CollectLocalWorkers(uint32_t world,
   // Every rank's result lines, in order.
   std::vector<std::vector<nlohmann::json>> lines(world);
   for (uint32_t r = 0; r < world; ++r) {
-    std::istringstream out(outputs[r]);
-    for (std::string line; std::getline(out, line);) {
-      if (line.empty() || line[0] != '{') continue;
-      try {
-        lines[r].push_back(nlohmann::json::parse(line));
-      } catch (const std::exception&) {
-        std::fprintf(stderr, "worker %u printed a malformed result: %s\n", r, line.c_str());
-        return 1;
-      }
-    }
+    if (!ParseResultLines(outputs[r], "worker " + std::to_string(r), &lines[r])) return 1;
     if (lines[r].empty() || lines[r].size() != lines[0].size()) {
       std::fprintf(stderr, "worker %u printed %zu results, worker 0 %zu\n", r, lines[r].size(),
                    lines[0].size());

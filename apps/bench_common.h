@@ -36,7 +36,7 @@ Verification VerifyInt32(const int32_t* out, size_t count, uint64_t seed, uint32
 std::string Digest(const void* data, size_t bytes);
 
 struct Timing {
-  double median_s = 0, min_s = 0, max_s = 0;
+  double mean_s = 0, median_s = 0, min_s = 0, max_s = 0;
 };
 Timing Summarize(std::vector<double> seconds);
 
@@ -60,13 +60,10 @@ std::string SelfDirectory();
 
 namespace switchml::bench {
 
-// The fields every benchmark's result line has: system, workers, rank,
-// bytes, dtype, reps, times_s, median_s, min_s, max_s, goodput_gbps,
-// max_abs_error, error_bound, within_bound, result_digest.
-nlohmann::json ResultJson(const std::string& system, uint32_t workers, uint32_t rank,
-                          uint64_t bytes, const std::string& dtype,
-                          const std::vector<double>& times, const Verification& v,
-                          const std::string& digest);
+// The JSON objects among `output`'s lines (those starting with '{'), in
+// order. False, said on stderr naming `who`, when one does not parse.
+bool ParseResultLines(const std::string& output, const std::string& who,
+                      std::vector<nlohmann::json>* lines);
 
 // Runs `world` worker processes, worker r started as argv_of(r), and waits
 // for all. Each prints one JSON object per line (a result per size) on

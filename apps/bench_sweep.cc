@@ -102,17 +102,30 @@ nlohmann::json SizeResultJson(const std::string& system, uint32_t workers, uint3
                               uint64_t bytes, const std::string& dtype,
                               const std::vector<double>& times, const Verification& v,
                               const std::string& digest, uint64_t wrong_total) {
-  nlohmann::json j = ResultJson(system, workers, rank, bytes, dtype, times, v, digest);
-  double sum = 0;
-  for (double t : times) sum += t;
-  const double avg = times.empty() ? 0 : sum / double(times.size());
-  const double algbw = avg > 0 ? double(bytes) / avg / 1e9 : 0;
-  j["count"] = bytes / kElementBytes;
-  j["avg_s"] = avg;
-  j["algbw_gbs"] = algbw;
-  j["busbw_gbs"] = algbw * BusBandwidthFactor(workers);
-  j["wrong"] = wrong_total;
-  return j;
+  const Timing t = Summarize(times);
+  const double algbw = t.mean_s > 0 ? double(bytes) / t.mean_s / 1e9 : 0;
+  return {
+      {"system", system},
+      {"workers", workers},
+      {"rank", rank},
+      {"bytes", bytes},
+      {"count", bytes / kElementBytes},
+      {"dtype", dtype},
+      {"reps", times.size()},
+      {"times_s", times},
+      {"avg_s", t.mean_s},
+      {"median_s", t.median_s},
+      {"min_s", t.min_s},
+      {"max_s", t.max_s},
+      {"goodput_gbps", t.median_s > 0 ? double(bytes) * 8 / t.median_s / 1e9 : 0.0},
+      {"algbw_gbs", algbw},
+      {"busbw_gbs", algbw * BusBandwidthFactor(workers)},
+      {"max_abs_error", v.max_abs_error},
+      {"error_bound", v.error_bound},
+      {"within_bound", v.within_bound},
+      {"wrong", wrong_total},
+      {"result_digest", digest},
+  };
 }
 
 void PrintTableHeader(const std::string& system, uint32_t workers, const std::string& dtype) {

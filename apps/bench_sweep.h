@@ -49,9 +49,12 @@ double BusBandwidthFactor(uint32_t world);
 bool TimeRepetitions(int warmup, int iters, const std::function<bool()>& line_up,
                      const std::function<bool()>& op, std::vector<double>* times);
 
-// One size's result line: ResultJson's fields and count, avg_s, algbw_gbs and
-// busbw_gbs (GB/s, 1e9 bytes, from the average time, as nccl-tests), wrong
-// (elements out of bound, summed over the ranks: `wrong_total`).
+// One size's result line, as every benchmark prints it: system, workers,
+// rank, bytes, count, dtype, reps, times_s, avg_s, median_s, min_s, max_s,
+// goodput_gbps (bits, from the median), algbw_gbs and busbw_gbs (GB/s, 1e9
+// bytes, from the average time, as nccl-tests), max_abs_error, error_bound,
+// within_bound, wrong (elements out of bound, summed over the ranks:
+// `wrong_total`), result_digest.
 nlohmann::json SizeResultJson(const std::string& system, uint32_t workers, uint32_t rank,
                               uint64_t bytes, const std::string& dtype,
                               const std::vector<double>& times, const Verification& v,

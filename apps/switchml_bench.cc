@@ -270,17 +270,9 @@ int RunPeer(std::vector<std::string> argv, const std::vector<std::string>& passt
     std::fprintf(stderr, "cannot start %s\n", argv[0].c_str());
     return 2;
   }
-  std::istringstream out(bench::ReadAll(fd));
+  const std::string output = bench::ReadAll(fd);
   const int rc = bench::WaitFor(pid);
-  for (std::string line; std::getline(out, line);) {
-    if (line.empty() || line[0] != '{') continue;
-    try {
-      lines->push_back(nlohmann::json::parse(line));
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "the peer printed a malformed result: %s\n", line.c_str());
-      return 1;
-    }
-  }
+  if (!bench::ParseResultLines(output, "the peer", lines)) return 1;
   if (rc != 0) std::fprintf(stderr, "%s exited with status %d\n", argv[0].c_str(), rc);
   return rc;
 }
