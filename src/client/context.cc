@@ -239,6 +239,12 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   // One endpoint per thread, on the address that faces its switch host. The
   // data path is assumed to follow the control path's route; the smallest
   // MTU of the routes bounds the packet size the switches may choose.
+  std::optional<sockaddr_in> fixed_local;  // local_address, for every host
+  if (!config.local_address.empty()) {
+    auto parsed = net::ParseAddress(config.local_address, 0);
+    if (!parsed.ok()) return parsed.status();
+    fixed_local = parsed.value();
+  }
   std::vector<sockaddr_in> locals;
   int path_elements = 0;
   for (const sockaddr_in& control : controls.value()) {
@@ -246,10 +252,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
     if (!route.ok()) return route.status();
     sockaddr_in local{};
     local.sin_family = AF_INET;
-    if (!config.local_address.empty()) {
-      auto parsed = net::ParseAddress(config.local_address, 0);
-      if (!parsed.ok()) return parsed.status();
-      local = parsed.value();
+    if (fixed_local) {
+      local = *fixed_local;
     } else {
       local.sin_addr = route.value().local;
     }
