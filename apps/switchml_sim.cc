@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   int slots = 128;
   double link_gbps = 0;
   double latency_us = 5;
+  int racks = 1;
+  double upstream_gbps = 0;
+  double upstream_latency_us = -1;
   app.add_option("--workers", workers, "number of workers")->check(CLI::Range(1, 1024));
   app.add_option("--size", size, "tensor size per worker (B, KiB, MiB, GiB)");
   app.add_option("--loss", loss, "probability of losing each packet")->check(CLI::Range(0.0, 0.5));
@@ -40,7 +43,22 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--latency-us", latency_us, "one-way delay of every transmission (microseconds)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--racks", racks,
+                 "2 or more: a tree (docs/design.md §7): the workers split into this many racks, "
+                 "each with its own switch, under one root switch")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--upstream-gbps", upstream_gbps,
+                 "with --racks: each rack switch's link to the root (Gbit/s); 0: unlimited")
+      ->check(CLI::Range(0.0, 10000.0));
+  app.add_option("--upstream-latency-us", upstream_latency_us,
+                 "with --racks: one-way delay of a rack's link to the root; -1: --latency-us")
+      ->check(CLI::Range(-1.0, 1e6));
   CLI11_PARSE(app, argc, argv);
+  if (racks > workers) {
+    std::fprintf(stderr, "--racks=%d exceeds --workers=%d; every rack needs a worker\n", racks,
+                 workers);
+    return 2;
+  }
 
   const uint64_t bytes = switchml::bench::ParseSize(size);
   if (bytes < 4) {
@@ -57,6 +75,10 @@ int main(int argc, char** argv) {
   options.network.loss = loss;
   options.network.link_bits_per_second = uint64_t(link_gbps * 1e9);
   options.network.latency = std::chrono::nanoseconds(int64_t(latency_us * 1e3));
+  options.racks = uint16_t(racks);
+  options.network.upstream_link_bits_per_second = uint64_t(upstream_gbps * 1e9);
+  options.network.upstream_latency =
+      std::chrono::nanoseconds(int64_t(upstream_latency_us < 0 ? -1 : upstream_latency_us * 1e3));
   options.data_plane.max_workers = uint16_t(std::max(workers, 64));
   options.data_plane.max_elements_per_packet = uint16_t(std::max(elements, 1024));
   auto cluster = switchml::SimCluster::Create(options);
@@ -111,10 +133,11 @@ int main(int argc, char** argv) {
   }
   const double virtual_s = std::chrono::duration<double>(c.network().now()).count();
   std::printf(
-      "%s: %d workers all-reduced %zu float32 (%.1f MiB) at %.1f%% loss: max |error| %.3g "
+      "%s: %d workers%s all-reduced %zu float32 (%.1f MiB) at %.1f%% loss: max |error| %.3g "
       "(bound %.3g there), %zu elements over their bound, ranks bitwise identical: %s; "
       "%llu packets sent, %llu retransmissions, %llu lost; %.3f s virtual, %.2f s wall\n",
-      worst.violations == 0 && identical ? "PASS" : "FAIL", workers, count,
+      worst.violations == 0 && identical ? "PASS" : "FAIL", workers,
+      racks > 1 ? (" in " + std::to_string(racks) + " racks").c_str() : "", count,
       double(count) * 4 / (1 << 20), loss * 100, worst.max_abs_error, worst.bound_at_max,
       worst.violations, identical ? "yes" : "no", (unsigned long long)sent,
       (unsigned long long)retransmissions, (unsigned long long)c.network().counters().lost,

@@ -187,6 +187,110 @@ INSTANTIATE_TEST_SUITE_P(LargeJobs, SimAllReduce,
                                             ::testing::Values(Profile::kLossy1)),
                          CaseName);
 
+// A tree of switches (docs/design.md §7): racks x workers per rack under
+// one root, with loss, duplication and reordering on every link (the racks'
+// links to the root too). The results must be bitwise those of the flat job
+// of the same ranks through one switch.
+using TreeCase = std::tuple<uint16_t, uint16_t, DType>;  // racks, workers per rack, dtype
+
+class SimTree : public ::testing::TestWithParam<TreeCase> {};
+
+TEST_P(SimTree, MatchesTheFlatJobBitwiseUnderLossOnEveryLink) {
+  const auto [racks, per_rack, dtype] = GetParam();
+  const auto world = uint16_t(racks * per_rack);
+  const size_t count = 3 * kSlots * kK + 11;
+  auto flat = SimCluster::Create(Options(world, Profile::kClean));
+  SimClusterOptions tree_options = Options(world, Profile::kLossy1, 77);
+  tree_options.racks = racks;
+  auto tree = SimCluster::Create(tree_options);
+  ASSERT_TRUE(flat.ok() && tree.ok()) << tree.status().ToString();
+  if (dtype == DType::kInt32) {
+    const auto in = IntInputs(world, count);
+    const auto reference = RunOp(*flat.value(), in, dtype);
+    ExpectExactIntSum(in, reference);
+    EXPECT_TRUE(BitwiseEqual(RunOp(*tree.value(), in, dtype), reference));
+  } else {
+    const auto in = FloatInputs(world, count);
+    const auto reference = RunOp(*flat.value(), in, dtype);
+    ExpectFloatWithinBound(in, reference);
+    EXPECT_TRUE(BitwiseEqual(RunOp(*tree.value(), in, dtype), reference));
+  }
+  SimCluster& c = *tree.value();
+  EXPECT_GT(c.network().counters().lost, 0u);
+  // Every rack sent its partial sums up and took the root's results; the
+  // root's members are the racks.
+  uint64_t resent = 0;
+  for (uint16_t r = 0; r < racks; ++r) {
+    const DataPlaneCounters& rc = c.rack(r).counters();
+    EXPECT_GT(rc.upstream_sent, 0u) << "rack " << r;
+    EXPECT_EQ(rc.upstream_results, rc.slots_completed) << "rack " << r;
+    resent += rc.upstream_resent;
+  }
+  // Lost upstream packets were recovered by the racks' timers.
+  if (world >= 32) {
+    EXPECT_GT(resent, 0u);
+  }
+  EXPECT_EQ(c.assignment().world_size, racks);
+  EXPECT_EQ(c.data_plane().counters().drops[size_t(DropReason::kRankOutOfRange)], 0u);
+}
+
+std::string TreeName(const ::testing::TestParamInfo<TreeCase>& info) {
+  const auto [racks, per_rack, dtype] = info.param;
+  return std::to_string(racks) + "x" + std::to_string(per_rack) + "_" +
+         std::string(DTypeName(dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Racks, SimTree,
+                         ::testing::Combine(::testing::Values<uint16_t>(2, 4),
+                                            ::testing::Values<uint16_t>(1, 3, 16),
+                                            ::testing::Values(DType::kInt32, DType::kFloat32)),
+                         TreeName);
+
+// A rack switch serves only its own ranks: a contribution of a rank of
+// another rack is dropped there, and a result of the root for another job or
+// a slot that does not await one is stale.
+TEST(SimTreeRack, DropsOtherRacksRanksAndResultsItDidNotAskFor) {
+  SimClusterOptions o = Options(4, Profile::kClean);
+  o.racks = 2;
+  auto cluster = SimCluster::Create(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  DataPlane& rack = cluster.value()->rack(0);  // ranks 0 and 1
+  std::vector<uint8_t> packet(PacketBytes(kK)), out(MaxPacketBytes(kK));
+  PacketHeader h;
+  h.job = cluster.value()->assignment().id.value() + 1;  // the racks' job id
+  h.rank = 2;
+  h.element_count = kK;
+  h.chunk = 1;
+  EncodeHeader(h, packet);
+  EXPECT_EQ(rack.Process(packet, out).reason, DropReason::kRankOutOfRange);
+  h.type = MessageType::kResult;
+  h.job = cluster.value()->assignment().id.value();  // the root's id
+  h.rank = kAllRanks;
+  EncodeHeader(h, packet);
+  EXPECT_EQ(rack.Process(packet, out).reason, DropReason::kStaleChunk);
+  EXPECT_EQ(rack.counters().upstream_results, 0u);
+}
+
+// The root gone: the racks keep their partial sums and retry with back-off;
+// the workers fail after their failure timeout instead of hanging.
+TEST(SimTreeRack, AGoneRootFailsTheWorkersAndTheRacksStopRetrying) {
+  SimClusterOptions o = Options(4, Profile::kClean);
+  o.racks = 2;
+  o.failure_timeout = milliseconds(50);
+  auto cluster = SimCluster::Create(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status().ToString();
+  cluster.value()->network().SilenceRoot(microseconds(0));
+  const auto in = IntInputs(4, 3 * kK);
+  std::vector<std::vector<int32_t>> out(4, std::vector<int32_t>(3 * kK));
+  std::vector<SimRankOp> ops;
+  for (size_t r = 0; r < 4; ++r)
+    ops.push_back({in[r].data(), out[r].data(), 3 * kK, DType::kInt32});
+  for (const Status& s : cluster.value()->AllReduce(ops)) {
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  }
+  EXPECT_GT(cluster.value()->rack(0).counters().upstream_resent, 0u);
+}
+
 // Regression (pitfall: window larger than half the chunks): jobs of 1..2s
 // chunks under heavy loss, duplication and reordering.
 TEST(SimAllReduceWindow, EveryChunkCountUpToTwoWindowsUnderLoss) {

@@ -94,6 +94,9 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   chunk_.assign(slots, 0);
   exponent_.assign(slots, 0);
   max_next_exponent_.assign(slots, 0);
+  awaits_upstream_.assign(slots, 0);
+  upstream_tries_.assign(slots, 0);
+  upstream_sent_at_.assign(slots, Nanos(0));
   jobs_.resize(config.max_jobs);
 }
 
@@ -104,6 +107,10 @@ void DataPlane::ResetSegment(uint32_t base, uint32_t count) {
     std::fill_n(remaining_.begin() + first, count, 0);
     std::fill_n(used_.begin() + first, count, 0);
     std::fill_n(chunk_.begin() + first, count, 0);
+    for (size_t i = first; i < first + count; ++i) {
+      awaiting_ -= awaits_upstream_[i];
+      awaits_upstream_[i] = 0;
+    }
   }
 }
 
@@ -126,7 +133,23 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
                              ") does not fit a pool of " + std::to_string(config_.pool_slots) +
                              " slots");
   }
+  for (size_t i = 0; i < job.local_ranks.size(); ++i) {
+    if (job.local_ranks[i] >= job.world_size ||
+        (i > 0 && job.local_ranks[i] <= job.local_ranks[i - 1])) {
+      return InvalidArgument("job " + id + ": local_ranks must ascend within 0.." +
+                             std::to_string(job.world_size - 1) + "; " +
+                             std::to_string(job.local_ranks[i]) + " does not");
+    }
+  }
+  if (job.upstream && job.upstream->retransmit_timeout <= Nanos(0)) {
+    return InvalidArgument("job " + id + ": the upstream retransmit_timeout must be positive");
+  }
   JobEntry& entry = jobs_[job.id.value() % config_.max_jobs];
+  if (job.upstream && FindByUpstream(job.upstream->job.value()) != nullptr) {
+    return {StatusCode::kAlreadyExists, "job " + id +
+                                            ": another job here already has upstream job " +
+                                            std::to_string(job.upstream->job.value())};
+  }
   if (entry.active) {
     return {StatusCode::kAlreadyExists, "job " + id + ": job table entry is taken by job " +
                                             std::to_string(entry.reg.id.value()) +
@@ -145,6 +168,16 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.active = true;
   entry.reg = job;
   entry.counters = DataPlaneCounters{};
+  entry.expected = job.local_ranks.empty() ? job.world_size : uint16_t(job.local_ranks.size());
+  entry.local_mask.clear();
+  if (!job.local_ranks.empty()) {
+    entry.local_mask.assign(bitmap_words_, 0);
+    for (uint16_t r : job.local_ranks) entry.local_mask[r / 64] |= uint64_t{1} << (r % 64);
+  }
+  if (job.upstream) {
+    upstream_jobs_.push_back(size_t(&entry - jobs_.data()));
+    scan_job_ = SIZE_MAX;  // restart any scan: the list changed
+  }
   return Status::Ok();
 }
 
@@ -154,6 +187,11 @@ Status DataPlane::UnregisterJob(JobId id) {
     return {StatusCode::kNotFound, "job " + std::to_string(id.value()) + " is not registered"};
   }
   entry->active = false;
+  ResetSegment(entry->reg.pool_base, entry->reg.pool_slots);  // nothing awaits any more
+  const size_t index = size_t(entry - jobs_.data());
+  upstream_jobs_.erase(std::remove(upstream_jobs_.begin(), upstream_jobs_.end(), index),
+                       upstream_jobs_.end());
+  scan_job_ = SIZE_MAX;
   return Status::Ok();
 }
 
@@ -169,6 +207,14 @@ DataPlaneCounters DataPlane::JobCounters(JobId id) const {
 DataPlane::JobEntry* DataPlane::FindJob(uint32_t job) {
   JobEntry& e = jobs_[job % config_.max_jobs];
   return (e.active && e.reg.id.value() == job) ? &e : nullptr;
+}
+
+DataPlane::JobEntry* DataPlane::FindByUpstream(uint32_t upstream_job) {
+  for (size_t index : upstream_jobs_) {
+    JobEntry& e = jobs_[index];
+    if (e.active && e.reg.upstream->job.value() == upstream_job) return &e;
+  }
+  return nullptr;
 }
 
 Verdict DataPlane::Drop(JobEntry* job, DropReason reason) {
@@ -240,15 +286,112 @@ size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHea
   return PacketBytes(words);
 }
 
+Verdict DataPlane::WriteUpstream(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
+                                 std::span<uint8_t> out) {
+  // The slot's state as one member's contribution: the partial sum is not
+  // re-quantized, and the workers' scale already counts every rank of the job.
+  const size_t bytes = WriteResult(job, slot, job.reg.upstream->rank, version, job_slot, out);
+  PacketHeader h;
+  h.type = MessageType::kContribution;
+  h.job = job.reg.upstream->job.value();
+  h.chunk = chunk_[slot];
+  h.rank = job.reg.upstream->rank;
+  h.slot = job_slot;
+  h.element_count = job.reg.elements_per_packet;
+  h.version = version;
+  h.exponent = exponent_[slot];
+  h.next_exponent = max_next_exponent_[slot];
+  EncodeHeader(h, out);
+  upstream_sent_at_[slot] = now_;
+  return Verdict{Action::kSendUpstream, DropReason::kNone, h.rank, 0, bytes, job.reg.id.value()};
+}
+
+Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
+                                       std::span<uint8_t> out) {
+  const PacketHeader& h = packet.header;
+  // A pending reply: the upstream still waits for other members; the timer
+  // keeps asking.
+  if (h.type == MessageType::kPending) return Verdict{};
+  const JobRegistration& reg = job.reg;
+  if (h.rank != kAllRanks && h.rank != reg.upstream->rank) {
+    return Drop(&job, DropReason::kRankOutOfRange);
+  }
+  if (h.slot >= reg.pool_slots) return Drop(&job, DropReason::kSlotOutOfRange);
+  if (h.element_count != reg.elements_per_packet) return Drop(&job, DropReason::kElementCount);
+  if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
+    return Drop(&job, DropReason::kBadExponent);
+  }
+  const size_t slot = SlotIndexOf(h.version, reg.pool_base + h.slot);
+  // Only the result of what this slot sent up, once: anything else is a
+  // duplicate or a late copy.
+  if (!awaits_upstream_[slot] || h.chunk != chunk_[slot]) {
+    return Drop(&job, DropReason::kStaleChunk);
+  }
+  if (h.exponent != exponent_[slot]) return Drop(&job, DropReason::kExponentMismatch);
+  awaits_upstream_[slot] = 0;
+  --awaiting_;
+  Int32FromBigEndian(packet.payload, reg.elements_per_packet,
+                     reinterpret_cast<int32_t*>(&acc_[slot * config_.max_elements_per_packet]));
+  max_next_exponent_[slot] = h.next_exponent;
+  ++counters_.upstream_results;
+  ++job.counters.upstream_results;
+  ++counters_.slots_completed;
+  ++job.counters.slots_completed;
+  return Verdict{Action::kSendToAll, DropReason::kNone, 0, reg.world_size,
+                 WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
+}
+
+Verdict DataPlane::NextUpstreamResend(Nanos now, std::span<uint8_t> out) {
+  AdvanceClock(now);
+  if (awaiting_ == 0) return Verdict{};
+  if (scan_job_ == SIZE_MAX) {
+    if (now_ < next_scan_) return Verdict{};
+    scan_job_ = 0;
+    scan_pos_ = 0;
+  }
+  Nanos shortest = Nanos::max();
+  for (; scan_job_ < upstream_jobs_.size(); ++scan_job_, scan_pos_ = 0) {
+    JobEntry& job = jobs_[upstream_jobs_[scan_job_]];
+    const Nanos timeout = job.reg.upstream->retransmit_timeout;
+    shortest = std::min(shortest, timeout);
+    while (scan_pos_ < 2u * job.reg.pool_slots) {
+      const auto version = uint8_t(scan_pos_ / job.reg.pool_slots);
+      const auto job_slot = uint16_t(scan_pos_ % job.reg.pool_slots);
+      ++scan_pos_;
+      const size_t slot = SlotIndexOf(version, job.reg.pool_base + job_slot);
+      if (!awaits_upstream_[slot]) continue;
+      const Nanos wait = timeout * (int64_t{1} << std::min<int>(upstream_tries_[slot], 6));
+      if (now_ - upstream_sent_at_[slot] < wait) continue;
+      if (upstream_tries_[slot] < 255) ++upstream_tries_[slot];
+      ++counters_.upstream_resent;
+      ++job.counters.upstream_resent;
+      return WriteUpstream(job, slot, version, job_slot, out);
+    }
+  }
+  scan_job_ = SIZE_MAX;
+  next_scan_ = now_ + std::max(Nanos(1), shortest == Nanos::max() ? Nanos(1) : shortest / 4);
+  return Verdict{};
+}
+
 Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> out) {
   ++counters_.packets;
   const PacketHeader& h = packet.header;
   JobEntry* job = FindJob(h.job);
   if (job != nullptr) ++job->counters.packets;
-  if (h.type != MessageType::kContribution) return Drop(job, DropReason::kNotContribution);
+  if (h.type != MessageType::kContribution) {
+    if (job == nullptr && !upstream_jobs_.empty()) {
+      if (JobEntry* below = FindByUpstream(h.job)) {
+        ++below->counters.packets;
+        return ProcessFromUpstream(*below, packet, out);
+      }
+    }
+    return Drop(job, DropReason::kNotContribution);
+  }
   if (job == nullptr) return Drop(nullptr, DropReason::kUnknownJob);
   const JobRegistration& reg = job->reg;
-  if (h.rank >= reg.world_size) return Drop(job, DropReason::kRankOutOfRange);
+  if (h.rank >= reg.world_size || !job->IsLocal(h.rank)) {
+    return Drop(job, DropReason::kRankOutOfRange);
+  }
   if (h.slot >= reg.pool_slots) return Drop(job, DropReason::kSlotOutOfRange);
   if (h.element_count != reg.elements_per_packet) return Drop(job, DropReason::kElementCount);
   if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
@@ -264,7 +407,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   if (seen_word & bit) {
     // A retransmission: this rank already counted in (v, slot).
     if (h.chunk != chunk_[slot]) return Drop(job, DropReason::kStaleChunk);
-    if (remaining_[slot] == 0) {
+    if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {
       ++counters_.results_resent;
       ++job->counters.results_resent;
       return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, reg.world_size,
@@ -296,7 +439,9 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   // (a corrupted or forged copy, e.g. with the version bit flipped).
   // Accepting it would clear the sender's bit in 1-v and let the sender's
   // retransmission count twice there.
-  if (remaining_[other] != 0) return Drop(job, DropReason::kVersionConflict);
+  if (remaining_[other] != 0 || awaits_upstream_[other]) {
+    return Drop(job, DropReason::kVersionConflict);
+  }
 
   // A new contribution: count it here and recycle the other version lazily.
   seen_word |= bit;
@@ -310,7 +455,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     chunk_[slot] = h.chunk;
     exponent_[slot] = h.exponent;
     max_next_exponent_[slot] = h.next_exponent;
-    remaining_[slot] = uint16_t(reg.world_size - 1);
+    remaining_[slot] = uint16_t(job->expected - 1);
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
     AddBigEndian(src, k, acc);
@@ -321,6 +466,14 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   ++job->counters.contributions;
   if (remaining_[slot] != 0) return Verdict{Action::kDrop, DropReason::kNone, h.rank, 0, 0};
 
+  if (reg.upstream) {
+    awaits_upstream_[slot] = 1;
+    upstream_tries_[slot] = 0;
+    ++awaiting_;
+    ++counters_.upstream_sent;
+    ++job->counters.upstream_sent;
+    return WriteUpstream(*job, slot, v, h.slot, out);
+  }
   ++counters_.slots_completed;
   ++job->counters.slots_completed;
   return Verdict{Action::kSendToAll, DropReason::kNone, h.rank, reg.world_size,

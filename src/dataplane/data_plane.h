@@ -11,14 +11,23 @@
 // carries the job id, and the table entry remembers the full id, so packets
 // of an ended job are dropped even when its table entry is reused.
 //
+// In a tree of switches (docs/design.md §7) a job's registration names the
+// ranks served here and an upstream link: a slot complete here goes upstream
+// as one contribution (the int32 partial sum, the maximum next exponent), and
+// the upstream's result becomes the slot's result. Until it arrives the slot
+// "awaits" and NextUpstreamResend() resends it on a timer, so a lost upstream
+// packet is recovered without the workers.
+//
 // No I/O: the caller hands in packet bytes and sends what Process() returns.
 // Thread safety: none. One thread owns a DataPlane (shard the pool across
 // threads by giving each its own DataPlane).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,6 +38,15 @@
 
 namespace switchml {
 
+// A job's link to the switch above this one in a tree (docs/design.md §7).
+struct UpstreamLink {
+  JobId job;          // the upstream switch's id of the job
+  uint16_t rank = 0;  // this switch's member index in that job
+  // An upstream contribution without a result is resent after this, doubling
+  // per try up to 64 times it.
+  Nanos retransmit_timeout{std::chrono::milliseconds(1)};
+};
+
 // What the control plane tells the data plane about a job.
 struct JobRegistration {
   JobId id;
@@ -36,13 +54,20 @@ struct JobRegistration {
   uint16_t elements_per_packet = 0;  // k: every packet of the job has exactly k words
   uint32_t pool_base = 0;            // first pool slot of the job's segment
   uint16_t pool_slots = 0;           // segment length; packets address slots 0..pool_slots-1
+  // The ranks this data plane aggregates, ascending; empty: all of
+  // 0..world_size-1. In a tree each rack switch serves a share of the ranks
+  // and packets of the others are dropped here as rank_out_of_range.
+  std::vector<uint16_t> local_ranks = {};
+  // Set: a slot complete here goes upstream, and the result comes from there.
+  std::optional<UpstreamLink> upstream = std::nullopt;
 };
 
 enum class Action : uint8_t {
-  kDrop,            // send nothing (reason kNone: a contribution was absorbed)
-  kReplyToSender,   // send the result in `out` to the contributing rank only
-  kSendToAll,       // send the result in `out` to every rank of the job
-  kPendingToSender  // send the kPending packet in `out` to the contributing rank
+  kDrop,             // send nothing (reason kNone: a contribution was absorbed)
+  kReplyToSender,    // send the result in `out` to the contributing rank only
+  kSendToAll,        // send the result in `out` to every rank of the job
+  kPendingToSender,  // send the kPending packet in `out` to the contributing rank
+  kSendUpstream      // send the contribution in `out` to the job's upstream switch
 };
 
 // Why a packet was dropped. Each has a counter.
@@ -73,6 +98,7 @@ struct Verdict {
   uint16_t rank = 0;        // the contributing rank (destination for *ToSender)
   uint16_t world_size = 0;  // destinations 0..world_size-1 for kSendToAll
   size_t out_bytes = 0;     // bytes written to `out` (0 for kDrop)
+  uint32_t job = 0;         // kSendUpstream: the local id of the job it belongs to
 };
 
 struct DataPlaneCounters {
@@ -81,6 +107,11 @@ struct DataPlaneCounters {
   uint64_t slots_completed = 0;  // results sent to all workers
   uint64_t results_resent = 0;   // results re-sent to one worker
   uint64_t pending_replies = 0;  // retransmissions answered with kPending
+  // In a tree: partial sums sent upstream, resent on the timer, and upstream
+  // results taken (each also counts in slots_completed).
+  uint64_t upstream_sent = 0;
+  uint64_t upstream_resent = 0;
+  uint64_t upstream_results = 0;
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 
@@ -106,6 +137,12 @@ inline constexpr EventCounter kEventCounters[] = {
      "results sent again to one worker (its retransmission)"},
     {"pending_replies", &DataPlaneCounters::pending_replies,
      "retransmissions answered with 'pending'"},
+    {"upstream_sent", &DataPlaneCounters::upstream_sent,
+     "partial sums sent to the upstream switch (a tree of switches)"},
+    {"upstream_resent", &DataPlaneCounters::upstream_resent,
+     "partial sums sent again to the upstream switch (its result was overdue)"},
+    {"upstream_results", &DataPlaneCounters::upstream_results,
+     "results taken from the upstream switch"},
 };
 
 class DataPlane {
@@ -130,6 +167,17 @@ class DataPlane {
   DataPlaneCounters JobCounters(JobId id) const;
   const DataPlaneCounters& counters() const { return counters_; }
 
+  // The time at which contributions go upstream (stamps for their resends).
+  // Transports call it before each batch; it never goes back.
+  void AdvanceClock(Nanos now) { now_ = std::max(now_, now); }
+  // Hot path. The next upstream contribution whose result is overdue at
+  // `now`, written into `out` (kSendUpstream) and re-stamped; kDrop when none
+  // is. Call until kDrop. It scans at most every retransmit_timeout / 4.
+  Verdict NextUpstreamResend(Nanos now, std::span<uint8_t> out);
+  // When NextUpstreamResend() next has work to look at; Nanos::max() while
+  // no slot awaits an upstream result.
+  Nanos NextUpstreamScan() const { return awaiting_ == 0 ? Nanos::max() : next_scan_; }
+
   // Hot path. Processes one received packet; writes any packet to send into
   // `out`. REQUIRES: out.size() >= PacketBytes(config().max_elements_per_packet).
   Verdict Process(std::span<const uint8_t> packet, std::span<uint8_t> out);
@@ -149,12 +197,24 @@ class DataPlane {
     bool active = false;
     JobRegistration reg;
     DataPlaneCounters counters;
+    uint16_t expected = 0;             // contributions that complete a slot here
+    std::vector<uint64_t> local_mask;  // bitmap of reg.local_ranks; empty: every rank
+    bool IsLocal(uint16_t rank) const {
+      return local_mask.empty() || (local_mask[rank / 64] >> (rank % 64) & 1) != 0;
+    }
   };
   // Index of (version, pool slot) into the per-slot arrays.
   size_t SlotIndexOf(uint8_t version, uint32_t pool_slot) const {
     return size_t(version) * config_.pool_slots + pool_slot;
   }
   JobEntry* FindJob(uint32_t job);
+  // The job whose upstream switch calls it `upstream_job`.
+  JobEntry* FindByUpstream(uint32_t upstream_job);
+  // An upstream switch's result or pending reply for one of its jobs here.
+  Verdict ProcessFromUpstream(JobEntry& job, const PacketView& packet, std::span<uint8_t> out);
+  // The upstream contribution of (version, job slot), from the slot's state.
+  Verdict WriteUpstream(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
+                        std::span<uint8_t> out);
   Verdict Drop(JobEntry* job, DropReason reason);
   size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
                      uint16_t job_slot, std::span<uint8_t> out) const;
@@ -173,6 +233,18 @@ class DataPlane {
   std::vector<uint32_t> chunk_;      // chunk id of the current or last aggregation
   std::vector<int16_t> exponent_;    // scale exponent of the current aggregation
   std::vector<int16_t> max_next_exponent_;
+  // In a tree: the slot is complete here and waits for the upstream result.
+  std::vector<uint8_t> awaits_upstream_;
+  std::vector<uint8_t> upstream_tries_;
+  std::vector<Nanos> upstream_sent_at_;
+  uint32_t awaiting_ = 0;  // slots that await, over all jobs
+  Nanos now_{0};
+  Nanos next_scan_{0};
+  // Where NextUpstreamResend() is in its scan: an index into upstream_jobs_
+  // and a (version, job slot) position; scan_job_ == SIZE_MAX between scans.
+  size_t scan_job_ = SIZE_MAX;
+  uint32_t scan_pos_ = 0;
+  std::vector<size_t> upstream_jobs_;  // table entries of the jobs with an upstream
 
   std::vector<JobEntry> jobs_;
   DataPlaneCounters counters_;

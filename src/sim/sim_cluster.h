@@ -25,7 +25,12 @@ struct SimClusterOptions {
   Nanos failure_timeout{std::chrono::seconds(1)};
   bool non_finite_error = false;  // WorkerEngineConfig::non_finite_error
   SimNetworkOptions network;
-  DataPlaneConfig data_plane;  // pool and limits of the switch
+  DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
+  // 2 or more: a tree (docs/design.md §7). The ranks split into this many
+  // racks of consecutive ranks (ThreadShare), each with its own switch,
+  // under one root switch whose job's members are the racks.
+  uint16_t racks = 1;
+  Nanos upstream_retransmit_timeout{std::chrono::microseconds(200)};
 };
 
 // One rank's part of an all-reduce: its input, output, length and dtype.
@@ -61,13 +66,24 @@ class SimCluster {
 
   WorkerEngine& worker(uint16_t rank) { return *workers_.at(rank); }
   SimNetwork& network() { return *network_; }
+  // The switch of a one-level job, or the root of a tree.
   DataPlane& data_plane() { return *data_plane_; }
+  // Rack r's switch in a tree (REQUIRES: options.racks > 1).
+  DataPlane& rack(uint16_t r) { return *racks_.at(r); }
   JobRegistry& registry() { return *registry_; }
+  // The job on data_plane() (in a tree: the root's job of the racks).
   const JobAssignment& assignment() const { return assignment_; }
 
  private:
   SimCluster() = default;
+  // Registers the tree's jobs: the root's, with the racks as its members,
+  // and each rack's, with its share of the ranks.
+  Status RegisterTree(const SimClusterOptions& o);
+
   std::unique_ptr<DataPlane> data_plane_;
+  std::vector<std::unique_ptr<DataPlane>> racks_;
+  std::vector<uint16_t> rack_of_rank_;
+  JobId worker_job_;  // the id the workers send with
   std::unique_ptr<JobRegistry> registry_;
   std::vector<std::unique_ptr<WorkerEngine>> workers_;
   std::unique_ptr<SimNetwork> network_;

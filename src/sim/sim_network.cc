@@ -1,5 +1,6 @@
 #include "sim/sim_network.h"
 
+#include <algorithm>
 #include <string>
 
 namespace switchml {
@@ -20,12 +21,15 @@ Status SimNetworkOptions::Validate() const {
   return Status::Ok();
 }
 
-// Hands a worker's outgoing packets to the network, addressed to the switch.
+// Hands a worker's outgoing packets to the network, addressed to its switch.
 class SimNetwork::WorkerSink : public PacketSink {
  public:
   WorkerSink(SimNetwork* net, int rank) : net_(net), rank_(rank) {}
   void Send(std::span<const uint8_t> packet) override {
-    if (!net_->Silent(rank_)) net_->Transmit(kSwitch, rank_, packet);
+    if (!net_->Silent(rank_)) {
+      net_->Transmit(net_->SwitchNode(net_->rack_of_worker_[size_t(rank_)]), size_t(rank_), true,
+                     packet);
+    }
   }
 
  private:
@@ -35,17 +39,30 @@ class SimNetwork::WorkerSink : public PacketSink {
 
 SimNetwork::SimNetwork(DataPlane* data_plane, std::vector<WorkerEngine*> workers,
                        const SimNetworkOptions& options)
-    : data_plane_(data_plane),
+    : SimNetwork(SimTopology{{data_plane}, {}, nullptr}, std::move(workers), options) {}
+
+SimNetwork::SimNetwork(const SimTopology& topology, std::vector<WorkerEngine*> workers,
+                       const SimNetworkOptions& options)
+    : racks_(topology.racks),
+      root_(topology.root),
+      rack_of_worker_(topology.rack_of_worker),
+      ranks_of_rack_(topology.racks.size()),
       workers_(std::move(workers)),
       timer_at_(workers_.size(), Nanos::max()),
+      switch_timer_at_(racks_.size() + 1, Nanos::max()),
       silent_from_(workers_.size(), Nanos::max()),
-      uplink_free_(workers_.size(), Nanos(0)),
-      downlink_free_(workers_.size(), Nanos(0)),
+      uplink_free_(workers_.size() + racks_.size(), Nanos(0)),
+      downlink_free_(workers_.size() + racks_.size(), Nanos(0)),
       options_(options),
-      rng_(options.seed),
-      switch_out_(PacketBytes(data_plane->config().max_elements_per_packet)) {
+      rng_(options.seed) {
+  rack_of_worker_.resize(workers_.size(), 0);
+  uint16_t largest = 0;
+  for (DataPlane* dp : racks_) largest = std::max(largest, dp->config().max_elements_per_packet);
+  if (root_ != nullptr) largest = std::max(largest, root_->config().max_elements_per_packet);
+  switch_out_.resize(PacketBytes(largest));
   for (size_t r = 0; r < workers_.size(); ++r) {
     sinks_.push_back(std::make_unique<WorkerSink>(this, int(r)));
+    ranks_of_rack_.at(rack_of_worker_[r]).push_back(uint16_t(r));
   }
 }
 
@@ -53,9 +70,12 @@ SimNetwork::~SimNetwork() = default;
 
 void SimNetwork::Silence(uint16_t rank, Nanos from) { silent_from_.at(rank) = from; }
 void SimNetwork::SilenceSwitch(Nanos from) { switch_silent_from_ = from; }
+void SimNetwork::SilenceRoot(Nanos from) { root_silent_from_ = from; }
 
 bool SimNetwork::Silent(int node) const {
-  return now_ >= (node == kSwitch ? switch_silent_from_ : silent_from_[size_t(node)]);
+  if (node >= 0) return now_ >= silent_from_[size_t(node)];
+  const bool root = IsRoot(SwitchOf(node));
+  return now_ >= (root ? std::min(switch_silent_from_, root_silent_from_) : switch_silent_from_);
 }
 
 double SimNetwork::Uniform() { return double(rng_() >> 11) * 0x1.0p-53; }
@@ -65,14 +85,17 @@ void SimNetwork::Push(Event e) {
   events_.push(std::move(e));
 }
 
-void SimNetwork::Transmit(int dest, int worker, std::span<const uint8_t> bytes) {
+void SimNetwork::Transmit(int dest, size_t link, bool up, std::span<const uint8_t> bytes) {
   ++counters_.transmissions;
+  const bool rack_link = link >= workers_.size();
   Nanos departs = now_;
-  if (options_.link_bits_per_second > 0) {
+  const uint64_t rate = rack_link && options_.upstream_link_bits_per_second > 0
+                            ? options_.upstream_link_bits_per_second
+                            : (rack_link ? 0 : options_.link_bits_per_second);
+  if (rate > 0) {
     // Serialized behind what the link already carries; lost packets too.
-    Nanos& free = dest == kSwitch ? uplink_free_[size_t(worker)] : downlink_free_[size_t(worker)];
-    const auto wire =
-        Nanos(int64_t(double(bytes.size()) * 8e9 / double(options_.link_bits_per_second)));
+    Nanos& free = up ? uplink_free_[link] : downlink_free_[link];
+    const auto wire = Nanos(int64_t(double(bytes.size()) * 8e9 / double(rate)));
     free = std::max(free, now_) + wire;
     departs = free;
   }
@@ -80,11 +103,14 @@ void SimNetwork::Transmit(int dest, int worker, std::span<const uint8_t> bytes) 
     ++counters_.lost;
     return;
   }
+  const Nanos latency = rack_link && options_.upstream_latency >= Nanos(0)
+                            ? options_.upstream_latency
+                            : options_.latency;
   const int copies = Uniform() < options_.duplicate ? 2 : 1;
   counters_.duplicated += copies - 1;
   for (int c = 0; c < copies; ++c) {
-    Nanos delay = (departs - now_) + options_.latency +
-                  Nanos(int64_t(Uniform() * double(options_.jitter.count())));
+    Nanos delay =
+        (departs - now_) + latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
     if (Uniform() < options_.reorder) {
       ++counters_.reordered;
       delay += Nanos(int64_t(Uniform() * double(options_.reorder_delay.count())));
@@ -100,20 +126,47 @@ void SimNetwork::ScheduleTimer(uint16_t rank) {
   Push(Event{timer_at_[rank], 0, int(rank), true, {}});
 }
 
-void SimNetwork::DeliverToSwitch(const std::vector<uint8_t>& bytes) {
-  const Verdict v = data_plane_->Process(bytes, switch_out_);
+void SimNetwork::ScheduleSwitchTimer(size_t s) {
+  const Nanos at = SwitchAt(s).NextUpstreamScan();
+  if (at == Nanos::max() || at >= switch_timer_at_[s]) return;
+  switch_timer_at_[s] = std::max(at, now_);
+  Push(Event{switch_timer_at_[s], 0, SwitchNode(s), true, {}});
+}
+
+void SimNetwork::Forward(size_t s, const Verdict& v) {
   const std::span<const uint8_t> out(switch_out_.data(), v.out_bytes);
+  const size_t racks = racks_.size();
   switch (v.action) {
     case Action::kDrop:
       break;
     case Action::kReplyToSender:
     case Action::kPendingToSender:
-      if (v.rank < workers_.size()) Transmit(v.rank, v.rank, out);
+      if (IsRoot(s)) {
+        if (v.rank < racks) Transmit(SwitchNode(v.rank), workers_.size() + v.rank, false, out);
+      } else if (v.rank < workers_.size()) {
+        Transmit(v.rank, v.rank, false, out);
+      }
       break;
     case Action::kSendToAll:
-      for (uint16_t r = 0; r < v.world_size && r < workers_.size(); ++r) Transmit(r, r, out);
+      if (IsRoot(s)) {
+        for (uint16_t r = 0; r < v.world_size && r < racks; ++r) {
+          Transmit(SwitchNode(r), workers_.size() + r, false, out);
+        }
+      } else {
+        for (uint16_t r : ranks_of_rack_[s]) Transmit(r, r, false, out);
+      }
+      break;
+    case Action::kSendUpstream:
+      if (root_ != nullptr && !IsRoot(s))
+        Transmit(SwitchNode(racks), workers_.size() + s, true, out);
       break;
   }
+}
+
+void SimNetwork::DeliverToSwitch(size_t s, const std::vector<uint8_t>& bytes) {
+  DataPlane& dp = SwitchAt(s);
+  dp.AdvanceClock(now_);
+  Forward(s, dp.Process(bytes, switch_out_));
 }
 
 Nanos SimNetwork::Run(Nanos until) {
@@ -122,17 +175,33 @@ Nanos SimNetwork::Run(Nanos until) {
     // priority_queue::top() is const; the event is moved out before pop.
     Event e = std::move(const_cast<Event&>(events_.top()));
     events_.pop();
-    if (e.timer && e.at != timer_at_[size_t(e.dest)]) continue;  // superseded by an earlier timer
-    now_ = e.at;
-    if (e.dest == kSwitch) {
-      if (Silent(kSwitch)) {
+    if (e.dest < 0) {
+      const size_t s = SwitchOf(e.dest);
+      if (e.timer && e.at != switch_timer_at_[s]) continue;  // superseded
+      now_ = e.at;
+      if (e.timer) {
+        switch_timer_at_[s] = Nanos::max();
+        for (Verdict v;
+             !Silent(e.dest) &&
+             (v = SwitchAt(s).NextUpstreamResend(now_, switch_out_)).action != Action::kDrop;) {
+          Forward(s, v);
+        }
+      } else if (Silent(e.dest)) {
         ++counters_.lost;
       } else {
         ++counters_.delivered;
-        DeliverToSwitch(e.bytes);
+        DeliverToSwitch(s, e.bytes);
       }
+      // A timer stops when no worker has anything left to wait for (a root
+      // that is gone would otherwise keep the racks retrying forever).
+      const bool workers_busy = std::any_of(workers_.begin(), workers_.end(), [](WorkerEngine* w) {
+        return w->NextDeadline() != Nanos::max();
+      });
+      if (!Silent(e.dest) && (!e.timer || workers_busy)) ScheduleSwitchTimer(s);
       continue;
     }
+    if (e.timer && e.at != timer_at_[size_t(e.dest)]) continue;  // superseded by an earlier timer
+    now_ = e.at;
     const auto rank = uint16_t(e.dest);
     if (e.timer) {
       timer_at_[rank] = Nanos::max();

@@ -3,6 +3,10 @@
 // duplication, reordering and delay. The same seed gives the same run, event
 // for event. Used by the tests and the demo; a transport like any other.
 //
+// It also runs a tree of switches (docs/design.md §7): rack switches, each
+// with its workers, and a root switch above them, every rack on its own link
+// to the root with the same model of loss and delay.
+//
 // Thread safety: none; Run() drives everything on the calling thread.
 #pragma once
 
@@ -30,6 +34,10 @@ struct SimNetworkOptions {
   // packets at this rate before the latency (the switch's own ports are
   // never the bottleneck); 0: no limit.
   uint64_t link_bits_per_second = 0;
+  // In a tree: the rate of each rack switch's link to the root, each
+  // direction (0: no limit), and its one-way delay (negative: `latency`).
+  uint64_t upstream_link_bits_per_second = 0;
+  Nanos upstream_latency{-1};
 
   Status Validate() const;
 };
@@ -42,10 +50,21 @@ struct SimNetworkCounters {
   uint64_t delivered = 0;
 };
 
+// Which switch each worker talks to, and what sits above the switches.
+struct SimTopology {
+  std::vector<DataPlane*> racks;         // the switches workers send to
+  std::vector<uint16_t> rack_of_worker;  // per rank; empty: every rank on rack 0
+  DataPlane* root = nullptr;             // the racks' upstream switch; null: one level
+};
+
 class SimNetwork {
  public:
   // `data_plane` and every engine must outlive the network. Worker i is rank i.
   SimNetwork(DataPlane* data_plane, std::vector<WorkerEngine*> workers,
+             const SimNetworkOptions& options);
+  // A tree: rack r's packets upstream go to `topology.root`, whose member r
+  // it is. Every data plane must outlive the network.
+  SimNetwork(const SimTopology& topology, std::vector<WorkerEngine*> workers,
              const SimNetworkOptions& options);
   ~SimNetwork();
   SimNetwork(const SimNetwork&) = delete;
@@ -57,19 +76,22 @@ class SimNetwork {
   // From virtual time `from` on, `rank` neither sends nor receives anything
   // and its timers never fire: a crashed or hung worker.
   void Silence(uint16_t rank, Nanos from);
-  // A dead switch: from `from` on, every packet to it is lost.
+  // A dead switch: from `from` on, every packet to it is lost (every switch
+  // of a tree).
   void SilenceSwitch(Nanos from);
+  // A dead root switch of a tree: from `from` on, every packet to it is lost.
+  void SilenceRoot(Nanos from);
 
   Nanos now() const { return now_; }
   const SimNetworkCounters& counters() const { return counters_; }
 
  private:
-  static constexpr int kSwitch = -1;
+  // Nodes: rank r >= 0, rack switch s is -1 - s, the root -1 - racks.
   struct Event {
     Nanos at;
     uint64_t seq;
-    int dest;            // kSwitch or a rank
-    bool timer = false;  // a worker's timer instead of a packet
+    int dest;            // a node
+    bool timer = false;  // a worker's or switch's timer instead of a packet
     std::vector<uint8_t> bytes;
   };
   struct Later {
@@ -79,21 +101,35 @@ class SimNetwork {
   };
   class WorkerSink;
 
-  // `worker`: the rank whose link the packet crosses (sender or receiver).
-  void Transmit(int dest, int worker, std::span<const uint8_t> bytes);
+  int SwitchNode(size_t s) const { return -1 - int(s); }
+  size_t SwitchOf(int node) const { return size_t(-1 - node); }
+  bool IsRoot(size_t s) const { return s == racks_.size(); }
+  DataPlane& SwitchAt(size_t s) { return IsRoot(s) ? *root_ : *racks_[s]; }
+  // Puts `bytes` on `link` (a rank's link, or workers + rack for a rack's
+  // link to the root) toward node `dest`. `up`: the direction away from the
+  // workers.
+  void Transmit(int dest, size_t link, bool up, std::span<const uint8_t> bytes);
   void Push(Event e);
   void ScheduleTimer(uint16_t rank);
-  void DeliverToSwitch(const std::vector<uint8_t>& bytes);
+  void ScheduleSwitchTimer(size_t s);
+  void DeliverToSwitch(size_t s, const std::vector<uint8_t>& bytes);
+  // Sends what switch `s` decided (its verdict, packet in switch_out_).
+  void Forward(size_t s, const Verdict& v);
   bool Silent(int node) const;
   double Uniform();
 
-  DataPlane* data_plane_;
+  std::vector<DataPlane*> racks_;
+  DataPlane* root_ = nullptr;
+  std::vector<uint16_t> rack_of_worker_;
+  std::vector<std::vector<uint16_t>> ranks_of_rack_;
   std::vector<WorkerEngine*> workers_;
   std::vector<std::unique_ptr<WorkerSink>> sinks_;
   std::vector<Nanos> timer_at_;                     // pending timer event per rank, or max
+  std::vector<Nanos> switch_timer_at_;              // per switch (racks, then the root)
   std::vector<Nanos> silent_from_;                  // per rank, or max
-  std::vector<Nanos> uplink_free_, downlink_free_;  // per rank: when its link is idle again
+  std::vector<Nanos> uplink_free_, downlink_free_;  // per link: when it is idle again
   Nanos switch_silent_from_ = Nanos::max();
+  Nanos root_silent_from_ = Nanos::max();
   SimNetworkOptions options_;
   std::mt19937_64 rng_;
   std::priority_queue<Event, std::vector<Event>, Later> events_;

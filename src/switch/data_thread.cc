@@ -64,13 +64,14 @@ void DataThread::Execute(const std::function<void()>& fn) {
 Status DataThread::InstallJob(const JobRegistration& job, uint16_t threads,
                               std::vector<sockaddr_in> addresses,
                               const std::optional<net::PacketAuthenticator>& auth,
-                              std::vector<sockaddr_in> result_groups) {
+                              std::vector<sockaddr_in> result_groups,
+                              std::optional<UpstreamRoute> upstream) {
   Status status;
   Execute([&] {
     status = data_plane_.RegisterJob(job);
     if (status.ok()) {
       handler_.Install(job.id, job.world_size, job.pool_slots, threads, std::move(addresses), auth,
-                       std::move(result_groups));
+                       std::move(result_groups), std::move(upstream));
     }
   });
   return status;
@@ -103,7 +104,11 @@ void DataThread::Run() {
   pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {commands_.fd(), POLLIN, 0}};
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
-    poller_.Wait(fds, 2, std::chrono::milliseconds(500));
+    // While partial sums await an upstream result, wake for their timer.
+    const bool awaiting = data_plane_.NextUpstreamScan() != Nanos::max();
+    poller_.Wait(fds, 2, std::chrono::milliseconds(awaiting ? 1 : 500));
+    // The stamp of the partial sums this round sends upstream.
+    data_plane_.AdvanceClock(std::chrono::steady_clock::now().time_since_epoch());
     if ((fds[1].revents & POLLIN) || commands_.pending()) {
       for (auto& fn : commands_.Take()) fn();
     }
@@ -119,6 +124,20 @@ void DataThread::Run() {
       }
       endpoint_->Flush();
     }
+    ResendUpstream();
+  }
+}
+
+void DataThread::ResendUpstream() {
+  const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
+  const Nanos now = std::chrono::steady_clock::now().time_since_epoch();
+  for (bool more = true; more;) {
+    size_t used = 0;
+    while (used < kMaxReceived &&
+           (more = handler_.ResendUpstream(now, {&out_[used * out_bytes], out_bytes}, *this))) {
+      ++used;
+    }
+    if (used > 0) endpoint_->Flush();
   }
 }
 

@@ -54,7 +54,8 @@ class DataThread : private ReplySink {
   Status InstallJob(const JobRegistration& job, uint16_t threads,
                     std::vector<sockaddr_in> addresses,
                     const std::optional<net::PacketAuthenticator>& auth,
-                    std::vector<sockaddr_in> result_groups = {});
+                    std::vector<sockaddr_in> result_groups = {},
+                    std::optional<UpstreamRoute> upstream = std::nullopt);
   // Removes the address book, then the job (unknown ids are ignored).
   void RemoveJob(JobId id);
 
@@ -75,6 +76,8 @@ class DataThread : private ReplySink {
   // Runs `fn` on the data thread (or inline once stopped) and waits for it.
   void Execute(const std::function<void()>& fn);
   void Run();
+  // Sends the upstream contributions whose results are overdue.
+  void ResendUpstream();
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
     endpoint_->SendRef(datagram, to);
   }

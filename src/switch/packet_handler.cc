@@ -1,5 +1,7 @@
 #include "switch/packet_handler.h"
 
+#include <algorithm>
+
 #include "common/thread_split.h"
 #include "net/address.h"
 
@@ -14,7 +16,8 @@ PacketHandler::PacketHandler(DataPlane* data_plane, uint16_t shard, uint16_t sha
 void PacketHandler::Install(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
                             std::vector<sockaddr_in> addresses,
                             const std::optional<net::PacketAuthenticator>& auth,
-                            std::vector<sockaddr_in> result_groups) {
+                            std::vector<sockaddr_in> result_groups,
+                            std::optional<UpstreamRoute> upstream) {
   Book& b = books_[id.value() % books_.size()];
   b.active = true;
   b.id = id.value();
@@ -27,6 +30,11 @@ void PacketHandler::Install(JobId id, uint16_t world_size, uint16_t pool_slots, 
   b.addresses = std::move(addresses);
   b.auth = auth;
   b.result_groups = std::move(result_groups);
+  b.upstream = std::move(upstream);
+  const size_t index = size_t(&b - books_.data());
+  upstream_books_.erase(std::remove(upstream_books_.begin(), upstream_books_.end(), index),
+                        upstream_books_.end());
+  if (b.upstream) upstream_books_.push_back(index);
 }
 
 void PacketHandler::Remove(JobId id) {
@@ -53,8 +61,27 @@ bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& s
     return false;
   }
   const PacketHeader& h = view.header;
-  Book& book = books_[h.job % books_.size()];
-  if (!book.active || book.id != h.job) {
+  Book* found = &books_[h.job % books_.size()];
+  if (!found->active || found->id != h.job) {
+    // A result or pending reply of an upstream switch carries its own job id.
+    found = h.type != MessageType::kContribution ? FindByUpstream(h.job) : nullptr;
+    if (found != nullptr) {
+      Book& book = *found;
+      const uint16_t thread = h.slot < book.thread_of_slot.size() ? book.thread_of_slot[h.slot] : 0;
+      if (!net::SameAddress(book.upstream->addresses[thread], source) ||
+          thread % shards_ != shard_) {
+        data_plane_->CountDroppedPacket(book.id, DropReason::kSourceMismatch);
+        return false;
+      }
+      if (book.upstream->auth && !book.upstream->auth->Verify(packet)) {
+        data_plane_->CountDroppedPacket(book.id, DropReason::kBadMac);
+        return false;
+      }
+      const Verdict v = data_plane_->ProcessDecoded(view, out);
+      if (v.action == Action::kDrop) return false;
+      Deliver(book, thread, v, nullptr, out, sink);
+      return true;
+    }
     // Also a job the data plane already runs but whose book is not installed
     // yet: without the book neither the source nor the MAC can be checked.
     data_plane_->CountDroppedPacket(h.job, h.type == MessageType::kContribution
@@ -62,6 +89,7 @@ bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& s
                                                : DropReason::kNotContribution);
     return false;
   }
+  Book& book = *found;
   // Rank and slot out of range are the data plane's to count.
   const bool addressable = h.rank < book.world_size && h.slot < book.thread_of_slot.size();
   // Only the registered socket of (rank, thread owning the slot) may speak
@@ -80,17 +108,49 @@ bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& s
   }
   const Verdict v = data_plane_->ProcessDecoded(view, out);
   if (v.action == Action::kDrop || !addressable) return false;
+  Deliver(book, thread, v, rank_address, out, sink);
+  return true;
+}
+
+void PacketHandler::Deliver(Book& book, uint16_t thread, const Verdict& v,
+                            const sockaddr_in* sender, std::span<uint8_t> out, ReplySink& sink) {
+  if (v.action == Action::kSendUpstream) {
+    auto& auth = book.upstream->auth;
+    const size_t length = auth ? auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
+    sink.Send(std::span<const uint8_t>(out.data(), length), book.upstream->addresses[thread]);
+    return;
+  }
   const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
   const std::span<const uint8_t> reply(out.data(), length);
   if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
     sink.Send(reply, book.result_groups[thread]);
   } else if (v.action == Action::kSendToAll) {
+    // In a tree the book has addresses for the ranks served here only; the
+    // others' entries stay unset.
     for (uint16_t r = 0; r < v.world_size; ++r) {
-      sink.Send(reply, book.addresses[size_t(r) * book.threads + thread]);
+      const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
+      if (to.sin_port != 0) sink.Send(reply, to);
     }
-  } else {
-    sink.Send(reply, *rank_address);
+  } else if (sender != nullptr) {
+    sink.Send(reply, *sender);
   }
+}
+
+PacketHandler::Book* PacketHandler::FindByUpstream(uint32_t upstream_job) {
+  for (size_t i : upstream_books_) {
+    Book& b = books_[i];
+    if (b.active && b.upstream->job.value() == upstream_job) return &b;
+  }
+  return nullptr;
+}
+
+bool PacketHandler::ResendUpstream(Nanos now, std::span<uint8_t> out, ReplySink& sink) {
+  const Verdict v = data_plane_->NextUpstreamResend(now, out);
+  if (v.action != Action::kSendUpstream) return false;
+  Book& book = books_[v.job % books_.size()];
+  if (!book.active || book.id != v.job || !book.upstream) return false;
+  const uint16_t slot = uint16_t(out[14] << 8 | out[15]);  // the header's slot field
+  Deliver(book, book.thread_of_slot[slot], v, nullptr, out, sink);
   return true;
 }
 

@@ -33,6 +33,17 @@ class ReplySink {
   virtual void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) = 0;
 };
 
+// Where a job's partial sums go in a tree of switches (docs/design.md §7):
+// the upstream switch's socket for each worker thread t (the upstream data
+// thread that serves t), and the upstream registration's authenticator
+// (this switch signs as that job's member; the upstream's results verify
+// under the same key).
+struct UpstreamRoute {
+  JobId job;                           // the upstream switch's id of the job
+  std::vector<sockaddr_in> addresses;  // per worker thread
+  std::optional<net::PacketAuthenticator> auth;
+};
+
 class PacketHandler {
  public:
   // Serves shard `shard` of `shards`: the worker threads t with
@@ -48,7 +59,8 @@ class PacketHandler {
   void Install(JobId id, uint16_t world_size, uint16_t pool_slots, uint16_t threads,
                std::vector<sockaddr_in> addresses,
                const std::optional<net::PacketAuthenticator>& auth,
-               std::vector<sockaddr_in> result_groups = {});
+               std::vector<sockaddr_in> result_groups = {},
+               std::optional<UpstreamRoute> upstream = std::nullopt);
   void Remove(JobId id);
   bool Installed(JobId id) const;
 
@@ -58,6 +70,9 @@ class PacketHandler {
   // the sink has sent it.
   bool Handle(std::span<const uint8_t> packet, const sockaddr_in& source, std::span<uint8_t> out,
               ReplySink& sink);
+  // Hot path. Writes the next overdue upstream contribution at `now` into
+  // `out` and gives it to `sink`; false when none is overdue.
+  bool ResendUpstream(Nanos now, std::span<uint8_t> out, ReplySink& sink);
 
  private:
   struct Book {
@@ -69,12 +84,19 @@ class PacketHandler {
     std::vector<sockaddr_in> addresses;
     std::vector<sockaddr_in> result_groups;
     std::optional<net::PacketAuthenticator> auth;
+    std::optional<UpstreamRoute> upstream;
   };
+  // The book of the job whose upstream switch calls it `upstream_job`.
+  Book* FindByUpstream(uint32_t upstream_job);
+  // Signs and sends the data plane's verdict `v` for thread `thread` of `book`.
+  void Deliver(Book& book, uint16_t thread, const Verdict& v, const sockaddr_in* sender,
+               std::span<uint8_t> out, ReplySink& sink);
 
   DataPlane* data_plane_;
   uint16_t shard_;
   uint16_t shards_;
-  std::vector<Book> books_;  // indexed like the data plane's job table
+  std::vector<Book> books_;             // indexed like the data plane's job table
+  std::vector<size_t> upstream_books_;  // indexes of the books with an upstream
 };
 
 }  // namespace switchml
