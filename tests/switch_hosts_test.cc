@@ -1,11 +1,14 @@
-// One job over several switch hosts (switch_address "A,B"): worker thread t
-// talks to host t % hosts, each host aggregates its threads' share, results
-// are bitwise those of one switch, and a host that fails fails the job on
-// every rank, naming it.
+// Beyond one switch (docs/design.md §5 and §7). One job over several switch
+// hosts (switch_address "A,B"): worker thread t talks to host t % hosts, each
+// host aggregates its threads' share. A tree: rack switches with an upstream
+// switch, each rack aggregating its ranks. Either way results are bitwise
+// those of one switch, and a switch that fails fails the job on every rank,
+// naming it.
 #include "client/switch_hosts.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 
 #include "net/address.h"
@@ -82,14 +85,14 @@ struct Outputs {
 };
 
 // `world` ranks all-reduce the same int32 and float32 inputs through the
-// switches `switch_address` lists, with `threads` I/O threads each.
-Outputs RunJob(const std::string& switch_address, const std::string& job, uint32_t world,
-               uint32_t threads, const std::string& auth_key, SwitchServer& any) {
+// switches `switch_address` lists (for each rank), with `threads` I/O threads each.
+Outputs RunJob(const std::function<std::string(uint32_t)>& switch_address, const std::string& job,
+               uint32_t world, uint32_t threads, const std::string& auth_key, SwitchServer& any) {
   const size_t n = 50021;  // not a multiple of the packet size
   std::vector<ContextConfig> configs;
   for (uint32_t r = 0; r < world; ++r) {
     ContextConfig c = WorkerConfig(any, job, r, world);
-    c.switch_address = switch_address;
+    c.switch_address = switch_address(r);
     c.threads = threads;
     c.auth_key = auth_key;
     configs.push_back(c);
@@ -136,8 +139,12 @@ TEST(SwitchHosts, OneJobOverTwoSwitchesEqualsOneSwitchBitwise) {
   auto b = StartSwitch(1024, 16, /*data_threads=*/2);  // hosts may differ in shards
   ASSERT_TRUE(one && a && b);
   const uint32_t world = 3, threads = 4;  // two threads per host
-  const Outputs flat = RunJob(Address(*one), "flat", world, threads, "", *one);
-  const Outputs split = RunJob(Address(*a) + "," + Address(*b), "split", world, threads, "", *a);
+  const auto to = [](const std::string& address) {
+    return [address](uint32_t) { return address; };
+  };
+  const Outputs flat = RunJob(to(Address(*one)), "flat", world, threads, "", *one);
+  const Outputs split =
+      RunJob(to(Address(*a) + "," + Address(*b)), "split", world, threads, "", *a);
   ASSERT_EQ(split.floats.size(), world);
   for (uint32_t r = 0; r < world; ++r) {
     EXPECT_EQ(split.ints[r], flat.ints[r]) << "rank " << r;
@@ -149,7 +156,8 @@ TEST(SwitchHosts, OneJobOverTwoSwitchesEqualsOneSwitchBitwise) {
 
   // With every packet authenticated (each host keys its own salt), the same.
   const std::string key(64, 'a');
-  const Outputs keyed = RunJob(Address(*a) + "," + Address(*b), "keyed", world, threads, key, *a);
+  const Outputs keyed =
+      RunJob(to(Address(*a) + "," + Address(*b)), "keyed", world, threads, key, *a);
   ASSERT_EQ(keyed.floats.size(), world);
   for (uint32_t r = 0; r < world; ++r) EXPECT_EQ(keyed.floats[r], flat.floats[r]);
 }
@@ -193,6 +201,97 @@ TEST(SwitchHosts, AnUnreachableHostFailsTheStartNamingIt) {
   auto context = Context::Start(c);
   ASSERT_FALSE(context.ok());
   EXPECT_NE(context.status().message().find("at switch 127.0.0.1:1"), std::string::npos)
+      << context.status().message();
+}
+
+// A tree: two rack switches, each with two ranks, under one upstream switch.
+std::unique_ptr<SwitchServer> StartRackSwitch(const SwitchServer& upstream,
+                                              uint16_t data_threads = 1) {
+  SwitchConfig config;
+  config.data_threads = data_threads;
+  config.bind_address = "127.0.0.1";
+  config.control_port = 0;
+  config.data_port = 0;
+  config.data_plane.pool_slots = 1024;
+  config.socket_buffer_bytes = 4 << 20;
+  config.upstream = Address(upstream);
+  auto server = SwitchServer::Start(config);
+  EXPECT_TRUE(server.ok()) << server.status().ToString();
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+TEST(SwitchTree, TwoRacksUnderAnUpstreamEqualOneSwitchBitwise) {
+  auto one = StartSwitch();
+  auto root = StartSwitch();
+  ASSERT_TRUE(one && root);
+  auto rack_a = StartRackSwitch(*root);
+  auto rack_b = StartRackSwitch(*root, /*data_threads=*/2);  // racks may differ in shards
+  ASSERT_TRUE(rack_a && rack_b);
+  const uint32_t world = 4, threads = 2;
+  const auto by_rack = [&](uint32_t r) { return Address(r < 2 ? *rack_a : *rack_b); };
+  const Outputs flat =
+      RunJob([&](uint32_t) { return Address(*one); }, "flat", world, threads, "", *one);
+  for (const std::string& key : {std::string(), std::string(64, 'b')}) {
+    SCOPED_TRACE(key.empty() ? "unauthenticated" : "authenticated");
+    const std::string job = key.empty() ? "tree" : "keyed-tree";
+    const Outputs tree = RunJob(by_rack, job, world, threads, key, *rack_a);
+    ASSERT_EQ(tree.floats.size(), world);
+    for (uint32_t r = 0; r < world; ++r) {
+      EXPECT_EQ(tree.ints[r], flat.ints[r]) << "rank " << r;
+      EXPECT_EQ(tree.floats[r], flat.floats[r]) << "rank " << r;  // bitwise
+    }
+    // Each rack counted its own two ranks; the root one member per rack.
+    EXPECT_GT(Contributions(*rack_a, job), 0);
+    EXPECT_GT(Contributions(*rack_b, job), 0);
+    EXPECT_EQ(Contributions(*rack_a, job), Contributions(*rack_b, job));
+    EXPECT_EQ(Contributions(*root, job), Contributions(*rack_a, job));
+    const std::string text = root->PrometheusText();
+    EXPECT_EQ(text.find("switchml_job_drops_total{job=\"" + job), std::string::npos) << text;
+  }
+}
+
+TEST(SwitchTree, ARackSwitchThatStopsFailsEveryRankNamingIt) {
+  auto root = StartSwitch();
+  ASSERT_TRUE(root);
+  auto rack_a = StartRackSwitch(*root);
+  auto rack_b = StartRackSwitch(*root);
+  ASSERT_TRUE(rack_a && rack_b);
+  const uint32_t world = 4;
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < world; ++r) {
+    ContextConfig c = WorkerConfig(r < 2 ? *rack_a : *rack_b, "rack-dies", r, world);
+    c.failure_timeout_ms = 600000;  // only the control plane can fail it
+    configs.push_back(c);
+  }
+  auto contexts = StartAll(configs);
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  std::vector<float> x(100000, 1.0f);
+  ForEachRank(world, [&](size_t r) {
+    std::vector<float> mine = x;
+    EXPECT_TRUE(
+        contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32).ok());
+    EXPECT_EQ(mine[0], 4.0f);
+  });
+  rack_a->Stop();
+  ForEachRank(world, [&](size_t r) {
+    std::vector<float> mine = x;
+    const Status s = contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32);
+    EXPECT_FALSE(s.ok());
+    // Rack A's ranks lost their switch; rack B's hear it from the upstream.
+    EXPECT_NE(s.message().find(Address(*rack_a)), std::string::npos) << r << ": " << s.message();
+  });
+}
+
+TEST(SwitchTree, ARankMissingAnywhereTimesTheJoinOutEverywhere) {
+  auto root = StartSwitch();
+  ASSERT_TRUE(root);
+  auto rack = StartRackSwitch(*root);
+  ASSERT_TRUE(rack);
+  ContextConfig c = WorkerConfig(*rack, "half", 0, 2);
+  c.join_timeout_ms = 300;
+  auto context = Context::Start(c);
+  ASSERT_FALSE(context.ok());
+  EXPECT_NE(context.status().message().find("missing rank(s) 1"), std::string::npos)
       << context.status().message();
 }
 

@@ -142,6 +142,32 @@ Status JobRegistry::Install(Job& j) {
   return Status::Ok();
 }
 
+Status JobRegistry::InstallShare(const std::string& job_name, uint16_t elements_per_packet) {
+  const auto it = jobs_.find(job_name);
+  if (it == jobs_.end()) {
+    return {StatusCode::kNotFound, "job " + Quote(job_name) + " is not registered"};
+  }
+  Job& j = it->second;
+  if (elements_per_packet < kMinElementsPerPacket ||
+      elements_per_packet > limits_.max_elements_per_packet) {
+    return InvalidArgument("job " + Quote(job_name) + ": the upstream switch chose " +
+                           std::to_string(elements_per_packet) +
+                           " elements per packet; this switch carries " +
+                           std::to_string(kMinElementsPerPacket) + ".." +
+                           std::to_string(limits_.max_elements_per_packet));
+  }
+  if (j.assignment) {
+    // Every rank joined here (a tree of one rack): the registry chose already.
+    if (j.assignment->elements_per_packet == elements_per_packet) return Status::Ok();
+    return InvalidArgument("job " + Quote(job_name) + ": the upstream switch chose " +
+                           std::to_string(elements_per_packet) + " elements per packet, this one " +
+                           std::to_string(j.assignment->elements_per_packet) +
+                           "; set elements_per_packet on the workers");
+  }
+  j.params.elements_per_packet = elements_per_packet;
+  return Install(j);
+}
+
 std::optional<JobAssignment> JobRegistry::Assignment(const std::string& job_name) const {
   const auto it = jobs_.find(job_name);
   return it == jobs_.end() ? std::nullopt : it->second.assignment;

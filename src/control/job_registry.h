@@ -63,6 +63,11 @@ class JobRegistry {
   // the last rank joins, the job gets its id and segment, and Assignment()
   // answers.
   Status Join(const JobRequest& request);
+  // A rack switch's share of a job in a tree (docs/design.md §7): the other
+  // ranks joined other switches, and the upstream switch chose
+  // `elements_per_packet` for all. Installs the job with the ranks joined
+  // here (which must all be there) and the slots they asked for.
+  Status InstallShare(const std::string& job_name, uint16_t elements_per_packet);
   // The assignment of a complete job; nullopt while ranks are missing.
   std::optional<JobAssignment> Assignment(const std::string& job_name) const;
   // Ranks that have not registered yet (for error messages and barriers).

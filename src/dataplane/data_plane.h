@@ -144,6 +144,9 @@ inline constexpr EventCounter kEventCounters[] = {
     {"upstream_results", &DataPlaneCounters::upstream_results,
      "results taken from the upstream switch"},
 };
+// The first ones, which every data plane counts; the rest only a switch with
+// an upstream (a tree; the P4 programs have none).
+inline constexpr size_t kOneLevelEventCounters = 5;
 
 class DataPlane {
  public:

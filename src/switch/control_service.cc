@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "net/address.h"
 #include "net/packet_auth.h"
@@ -44,12 +45,14 @@ bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
 }  // namespace
 
 ControlService::ControlService(DataPlaneTarget* target, bool result_multicast,
-                               std::chrono::seconds job_stats_grace)
+                               std::chrono::seconds job_stats_grace,
+                               std::unique_ptr<UpstreamClient> upstream)
     : target_(target),
       result_multicast_(result_multicast),
       job_stats_grace_(job_stats_grace),
       registry_(target->limits()),
-      token_source_(std::random_device{}()) {}
+      token_source_(std::random_device{}()),
+      upstream_(std::move(upstream)) {}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v1::JoinRequest* req,
                                   grpc::ServerWriter<JobEvent>* writer) {
@@ -58,6 +61,15 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   const ParsedJoin& join = parsed.value();
   if (Status s = target_->CheckJoin(join); !s.ok()) return ToGrpc(s);
   const uint16_t rank = join.request.rank;
+  if (upstream_) {
+    if (!join.via_switch.empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "this switch has an upstream switch itself; a tree has two levels: "
+                          "point the rack switch " +
+                              join.via_switch + " at the root");
+    }
+    return JoinThroughUpstream(context, *req, join, writer);
+  }
 
   Lock lock(mu_);
   auto admitted = AdmitLocked(join);
@@ -92,6 +104,11 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
     entry->tokens.resize(entry->world_size);
     entry->departed.resize(entry->world_size);
     entry->auth_key = join.auth_key;
+    entry->proxied = !join.via_switch.empty();
+    entry->via.resize(entry->world_size);
+    entry->upstream_calls.resize(entry->world_size);
+    entry->upstream_tokens.resize(entry->world_size);
+    entry->relay_done.resize(entry->world_size);
   }
   const std::shared_ptr<Job> job = entry;
   // A refused join: a job this call created is forgotten; one whose other
@@ -121,18 +138,63 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
         InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
                         "'s auth_key differs from the job's (or only some ranks have one)"));
   }
+  if (job->proxied != !join.via_switch.empty()) {
+    return refuse(
+        InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
+                        (job->proxied ? " joined directly, its other ranks through rack switches"
+                                      : " joined through the rack switch " + join.via_switch +
+                                            ", its other ranks directly") +
+                        "; every rank of a job joins through a rack switch or none does"));
+  }
   if (Status s = registry_.Join(join.request); !s.ok()) return refuse(s);
   job->addresses[rank] = join.addresses;
-  if (!join.accept_result_multicast || !AllOnLoopback(join.addresses)) job->unicast_only = true;
+  job->via[rank] = join.via_switch;
+  // A tree's members are rack switches, which take results by unicast.
+  if (!join.accept_result_multicast || !AllOnLoopback(join.addresses) || job->proxied) {
+    job->unicast_only = true;
+  }
   job->tokens[rank] = token_source_();
   return job;
 }
 
-Status ControlService::StartLocked(Job& job, const JobAssignment& assignment) {
-  JobInstall install;
+Status ControlService::GroupMembersLocked(Job& job, JobInstall& install) {
+  // Members in the order of their lowest rank; a member's ranks must all
+  // have given its same data sockets.
+  std::map<std::string, uint16_t> index;
+  job.member_of.assign(job.world_size, 0);
+  job.member_ranks.clear();
+  install.addresses.clear();
+  for (uint16_t r = 0; r < job.world_size; ++r) {
+    const auto [it, added] = index.try_emplace(job.via[r], uint16_t(index.size()));
+    if (added) {
+      job.member_ranks.emplace_back();
+      install.addresses.push_back(job.addresses[r]);
+    } else if (!std::equal(job.addresses[r].begin(), job.addresses[r].end(),
+                           install.addresses[it->second].begin(), net::SameAddress)) {
+      return InvalidArgument("job '" + job.name + "': rank " + std::to_string(r) +
+                             " came through switch " + job.via[r] +
+                             " with other data sockets than that switch's other ranks");
+    }
+    job.member_of[r] = it->second;
+    job.member_ranks[it->second].push_back(r);
+  }
+  install.assignment.world_size = uint16_t(job.member_ranks.size());
+  if (install.assignment.world_size > target_->limits().max_workers) {
+    return InvalidArgument("job '" + job.name +
+                           "': " + std::to_string(install.assignment.world_size) +
+                           " rack switches exceed this switch's max_workers");
+  }
+  return Status::Ok();
+}
+
+Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, JobInstall install) {
   install.assignment = assignment;
   install.threads = job.threads;
   install.addresses = job.addresses;
+  if (job.proxied) {
+    if (Status s = GroupMembersLocked(job, install); !s.ok()) return s;
+  }
+  if (install.upstream) install.upstream->auth_key = job.auth_key;
   if (!job.auth_key.empty()) {
     job.auth_salt = net::RandomSalt();
     net::AuthKey secret;
@@ -150,9 +212,13 @@ Status ControlService::StartLocked(Job& job, const JobAssignment& assignment) {
   job.result_groups = std::move(install.result_groups);
   job.assignment = assignment;
   spdlog::info(
-      "job '{}' started on the {} data plane: id {}, {} ranks, {} slots, {} elements "
+      "job '{}' started on the {} data plane: id {}, {} ranks{}, {} slots, {} elements "
       "per packet, results by {}",
       job.name, target_->name(), assignment.id.value(), assignment.world_size,
+      job.proxied ? " through " + std::to_string(job.member_ranks.size()) + " rack switches"
+      : upstream_ ? ", " + std::to_string(install.local_ranks.size()) + " here under the " +
+                        upstream_->name()
+                  : "",
       assignment.pool_slots, assignment.elements_per_packet,
       job.result_groups.empty() ? "unicast" : "multicast");
   changed_.notify_all();
@@ -204,6 +270,11 @@ JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
     a->add_result_groups(net::FormatAddress(group));
   a->set_token(job.tokens[rank]);
   a->set_auth_salt(job.auth_salt);
+  if (job.proxied) {
+    a->set_member(job.member_of[rank]);
+    a->set_members(uint32_t(job.member_ranks.size()));
+    for (uint16_t r : job.member_ranks[job.member_of[rank]]) a->add_member_ranks(r);
+  }
   return first;
 }
 
@@ -211,8 +282,12 @@ grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<Job>
                                           uint16_t rank, grpc::ServerContext* context,
                                           grpc::ServerWriter<JobEvent>* writer) {
   std::deque<JobEvent> outgoing{AssignmentEvent(*job, rank)};
-  const std::string gone = "rank " + std::to_string(rank) +
-                           " disconnected (its process exited or lost its control connection)";
+  const std::string gone =
+      job->proxied ? "rank " + std::to_string(rank) + " (through switch " + job->via[rank] +
+                         ") disconnected (the rank or its rack switch exited, or that switch "
+                         "lost its connection to this one)"
+                   : "rank " + std::to_string(rank) +
+                         " disconnected (its process exited or lost its control connection)";
   while (true) {
     while (!outgoing.empty()) {
       lock.unlock();
@@ -244,37 +319,151 @@ grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<Job>
 
 grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::LeaveRequest* req,
                                    control::v1::LeaveReply*) {
-  std::lock_guard lock(mu_);
-  const auto it = jobs_.find(req->job_name());
-  if (it == jobs_.end()) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "no job '" + req->job_name().substr(0, 64) + "'");
+  uint64_t upstream_token = 0;
+  {
+    std::lock_guard lock(mu_);
+    const auto it = jobs_.find(req->job_name());
+    if (it == jobs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          "no job '" + req->job_name().substr(0, 64) + "'");
+    }
+    const std::shared_ptr<Job> job = it->second;
+    if (req->rank() >= job->tokens.size() || job->tokens[req->rank()] != req->token() ||
+        req->token() == 0) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                          "rank " + std::to_string(req->rank()) + " of job '" + job->name +
+                              "' did not present its token");
+    }
+    const std::string rank = std::to_string(req->rank());
+    const std::string reason = "rank " + rank + " stopped (left the job)";
+    if (!job->departed[req->rank()]) {
+      job->departed[req->rank()] = true;
+      ++job->departed_count;
+    }
+    // A rack switch's share of a job: its own ranks only.
+    uint16_t ranks_here = 0;
+    for (const auto& a : job->addresses) ranks_here += a.empty() ? 0 : 1;
+    upstream_token = job->upstream_tokens[req->rank()];
+    if (job->departed_count == ranks_here || !job->assignment) {
+      if (upstream_token != 0) job->ended_upstream = true;  // the Leave below ends it there
+      EndLocked(job, int(req->rank()), reason);
+    } else if (!job->end_at) {
+      // Others may still be fetching results of the operations this rank
+      // completed; operations that need its contributions fail at the end
+      // of the grace period, naming it.
+      job->end_at = std::chrono::steady_clock::now() + kLeaveGrace;
+      job->end_rank = int(req->rank());
+      job->end_at_reason = reason;
+      changed_.notify_all();
+    }
   }
-  const std::shared_ptr<Job> job = it->second;
-  if (req->rank() >= job->tokens.size() || job->tokens[req->rank()] != req->token() ||
-      req->token() == 0) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "rank " + std::to_string(req->rank()) +
-                                                                 " of job '" + job->name +
-                                                                 "' did not present its token");
-  }
-  const std::string rank = std::to_string(req->rank());
-  const std::string reason = "rank " + rank + " stopped (left the job)";
-  if (!job->departed[req->rank()]) {
-    job->departed[req->rank()] = true;
-    ++job->departed_count;
-  }
-  if (job->departed_count == job->world_size || !job->assignment) {
-    EndLocked(job, int(req->rank()), reason);
-  } else if (!job->end_at) {
-    // Others may still be fetching results of the operations this rank
-    // completed; operations that need its contributions fail at the end
-    // of the grace period, naming it.
-    job->end_at = std::chrono::steady_clock::now() + kLeaveGrace;
-    job->end_rank = int(req->rank());
-    job->end_at_reason = reason;
-    changed_.notify_all();
+  // The upstream switch learns it too (a tree), outside the lock.
+  if (upstream_ && upstream_token != 0) {
+    if (Status s = upstream_->Leave(req->job_name(), req->rank(), upstream_token); !s.ok()) {
+      spdlog::warn("job '{}': forwarding rank {}'s leave: {}", req->job_name(), req->rank(),
+                   s.message());
+    }
   }
   return grpc::Status::OK;
+}
+
+grpc::Status ControlService::JoinThroughUpstream(grpc::ServerContext* context,
+                                                 const control::v1::JoinRequest& request,
+                                                 const ParsedJoin& join,
+                                                 grpc::ServerWriter<JobEvent>* writer) {
+  const uint16_t rank = join.request.rank;
+  Lock lock(mu_);
+  auto admitted = AdmitLocked(join);
+  if (!admitted.ok()) return ToGrpc(admitted.status());
+  const std::shared_ptr<Job> job = std::move(admitted).value();
+  spdlog::info("job '{}': rank {} joined from {}; forwarding it to the {}", job->name, rank,
+               request.data_addresses(0), upstream_->name());
+  // The upstream's barrier is the job's: its assignment comes once every
+  // rank of every rack switch has joined.
+  lock.unlock();
+  control::v1::Assignment up;
+  auto forwarded =
+      upstream_->Join(*context, request, target_->limits().max_elements_per_packet, &up);
+  lock.lock();
+  if (!forwarded.ok()) {
+    EndLocked(job, rank, forwarded.status().message());
+    return ToGrpc(forwarded.status());
+  }
+  const std::shared_ptr<UpstreamCall> call = std::move(forwarded).value();
+  job->upstream_calls[rank] = call;
+  job->upstream_tokens[rank] = up.token();
+  if (job->ended) {
+    call->Cancel();
+    return grpc::Status(grpc::StatusCode::ABORTED, job->end_reason);
+  }
+  if (!job->assignment) {
+    if (Status s = StartShareLocked(*job, up); !s.ok()) {
+      EndLocked(job, -1, s.message());
+      return ToGrpc(s);
+    }
+  }
+  std::thread relay([this, job, rank, call] { RelayUpstream(job, rank, call); });
+  grpc::Status status = StreamLocked(lock, job, rank, context, writer);
+  // The upstream ends its streams once the job ended there; a rank that
+  // outlives it here (its worker left) gives it a moment before it leaves.
+  changed_.wait_for(lock, 2s, [&] { return bool(job->relay_done[rank]); });
+  lock.unlock();
+  call->Cancel();
+  relay.join();
+  return status;
+}
+
+Status ControlService::StartShareLocked(Job& job, const control::v1::Assignment& up) {
+  const std::string where = "job '" + job.name + "' (" + upstream_->name() + ")";
+  if (up.members() == 0 || up.member() >= up.members() || up.member_ranks_size() == 0) {
+    return Status(StatusCode::kInternal, where + ": the assignment names no member");
+  }
+  JobInstall install;
+  for (uint32_t r : up.member_ranks()) {
+    if (r >= job.world_size || job.addresses[r].empty()) {
+      return Status(StatusCode::kInternal, where + ": it lists rank " + std::to_string(r) +
+                                               ", which did not join this switch");
+    }
+    install.local_ranks.push_back(uint16_t(r));
+  }
+  if (up.elements_per_packet() > UINT16_MAX) {
+    return Status(StatusCode::kInternal, where + ": invalid elements_per_packet");
+  }
+  if (Status s = registry_.InstallShare(job.name, uint16_t(up.elements_per_packet())); !s.ok()) {
+    return s;
+  }
+  const JobAssignment assignment = *registry_.Assignment(job.name);
+  if (assignment.pool_slots != up.pool_slots()) {
+    return Status(StatusCode::kInternal, where + ": it assigned " +
+                                             std::to_string(up.pool_slots()) + " slots, this " +
+                                             std::to_string(assignment.pool_slots));
+  }
+  auto addresses = upstream_->DataAddresses(up, job.threads);
+  if (!addresses.ok()) return addresses.status();
+  install.upstream = JobInstall::Upstream{JobId(up.job_id()), uint16_t(up.member()),
+                                          std::move(addresses).value(), "", up.auth_salt()};
+  return StartLocked(job, assignment, std::move(install));
+}
+
+void ControlService::RelayUpstream(std::shared_ptr<Job> job, uint16_t rank,
+                                   std::shared_ptr<UpstreamCall> call) {
+  JobEvent event;
+  while (call->Read(&event)) {
+    if (!event.has_rank_lost()) continue;
+    Lock lock(mu_);
+    job->ended_upstream = true;
+    const uint32_t lost = event.rank_lost().rank();
+    EndLocked(job, lost == ~0u ? -1 : int(lost),
+              "the " + upstream_->name() + " ended the job: " + event.rank_lost().reason());
+  }
+  const Status end = call->Finish();
+  Lock lock(mu_);
+  job->relay_done[rank] = true;
+  if (!job->ended) {
+    job->ended_upstream = true;
+    EndLocked(job, -1, "lost the " + upstream_->name() + ": " + end.message());
+  }
+  changed_.notify_all();
 }
 
 void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
@@ -282,6 +471,14 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   if (job->ended) return;
   job->ended = true;
   job->end_reason = reason;
+  // A rack switch's job that ends here ends upstream too: a lost rank's own
+  // call goes with its worker's (gRPC propagates the cancellation); for any
+  // other cause every forwarded rank leaves.
+  if (!job->ended_upstream && lost_rank < 0) {
+    for (const auto& call : job->upstream_calls) {
+      if (call) call->Cancel();
+    }
+  }
   if (job->assignment) {
     KeepEndedLocked(*job);
     target_->Remove(job->assignment->id);

@@ -22,6 +22,7 @@
 #include "control/job_registry.h"
 #include "switch/data_plane_target.h"
 #include "switch/join_request.h"
+#include "switch/upstream_client.h"
 #include "switchml/control.grpc.pb.h"
 
 namespace switchml {
@@ -32,8 +33,11 @@ class ControlService final : public control::v1::Control::Service {
   // `result_multicast`, jobs whose ranks all sit on loopback and accept it
   // get their results by host-local multicast where the target has groups.
   // An ended job's final counters stay in the stats for `job_stats_grace`.
+  // With `upstream`, this switch is a rack switch of a tree (docs/design.md
+  // §7): it forwards every join upstream and serves its share of each job.
   explicit ControlService(DataPlaneTarget* target, bool result_multicast = true,
-                          std::chrono::seconds job_stats_grace = std::chrono::seconds(300));
+                          std::chrono::seconds job_stats_grace = std::chrono::seconds(300),
+                          std::unique_ptr<UpstreamClient> upstream = nullptr);
   // The most ended jobs kept for the grace period; the oldest go first.
   static constexpr size_t kMaxEndedJobs = 256;
 
@@ -72,6 +76,18 @@ class ControlService final : public control::v1::Control::Service {
     std::optional<std::chrono::steady_clock::time_point> end_at;
     int end_rank = -1;
     std::string end_at_reason;
+    // The job of a tree's root: its ranks joined through rack switches
+    // (JoinRequest.via_switch), which are its members.
+    bool proxied = false;
+    std::vector<std::string> via;                     // per rank: its rack switch
+    std::vector<uint16_t> member_of;                  // per rank, once started
+    std::vector<std::vector<uint16_t>> member_ranks;  // per member, once started
+    // A rack switch's job: per rank, its join forwarded upstream, the
+    // upstream's token for it, and whether its relay of upstream events ended.
+    std::vector<std::shared_ptr<UpstreamCall>> upstream_calls;
+    std::vector<uint64_t> upstream_tokens;
+    std::vector<bool> relay_done;
+    bool ended_upstream = false;  // the upstream switch ended it
   };
   using Lock = std::unique_lock<std::mutex>;
 
@@ -81,7 +97,20 @@ class ControlService final : public control::v1::Control::Service {
   StatusOr<std::shared_ptr<Job>> AdmitLocked(const ParsedJoin& join);
   // Once every rank is in: installs the job on the target and wakes the
   // barrier. On failure the job ends, naming the cause.
-  Status StartLocked(Job& job, const JobAssignment& assignment);
+  // `install` may carry a rack switch's share of a tree's job.
+  Status StartLocked(Job& job, const JobAssignment& assignment, JobInstall install = {});
+  // A tree's root: the members (rack switches) of a proxied job, and the
+  // install of its members' addresses.
+  Status GroupMembersLocked(Job& job, JobInstall& install);
+  // A rack switch: a worker's join, forwarded upstream (see Join).
+  grpc::Status JoinThroughUpstream(grpc::ServerContext* context,
+                                   const control::v1::JoinRequest& request, const ParsedJoin& join,
+                                   grpc::ServerWriter<control::v1::JobEvent>* writer);
+  // Installs this rack switch's share of the job the upstream assigned.
+  Status StartShareLocked(Job& job, const control::v1::Assignment& upstream);
+  // Relays one forwarded rank's upstream events into the job until the
+  // upstream stream ends.
+  void RelayUpstream(std::shared_ptr<Job> job, uint16_t rank, std::shared_ptr<UpstreamCall> call);
   // Waits until the job started, ended, its deadline passed or the caller left.
   grpc::Status AwaitStartLocked(Lock& lock, const std::shared_ptr<Job>& job, uint16_t rank,
                                 std::chrono::milliseconds timeout, grpc::ServerContext* context);
@@ -114,6 +143,7 @@ class ControlService final : public control::v1::Control::Service {
   std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
   std::mt19937_64 token_source_;                      // guarded by mu_
   std::deque<EndedJob> ended_;                        // guarded by mu_, oldest first
+  std::unique_ptr<UpstreamClient> upstream_;          // null: this switch is a root
 };
 
 }  // namespace switchml

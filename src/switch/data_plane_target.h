@@ -34,6 +34,16 @@ struct JobInstall {
   std::optional<net::PacketAuthenticator> auth;
   // One per worker thread (from ResultGroups), or empty: results by unicast.
   std::vector<sockaddr_in> result_groups;
+  // A tree of switches (docs/design.md §7): the ranks served here, ascending
+  // (empty: all), and where their completed slots go.
+  std::vector<uint16_t> local_ranks = {};
+  struct Upstream {
+    JobId job;                           // the upstream switch's id of the job
+    uint16_t member = 0;                 // this switch's member index there
+    std::vector<sockaddr_in> addresses;  // the upstream's socket per worker thread
+    std::string auth_key, auth_salt;     // with a job secret: its key and the upstream's salt
+  };
+  std::optional<Upstream> upstream = std::nullopt;
 };
 
 // A target's counters: all jobs together, and those of the jobs asked for.

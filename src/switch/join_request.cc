@@ -47,6 +47,14 @@ StatusOr<ParsedJoin> ParseJoinRequest(const control::v1::JoinRequest& req) {
                            std::to_string(req.auth_key().size()));
   }
   ParsedJoin join;
+  if (!req.via_switch().empty()) {
+    auto via = net::ParseAddress(req.via_switch(), 0, net::HostNames::kRefuse);
+    if (!via.ok() || via.value().sin_port == 0) {
+      return InvalidArgument("via_switch '" + req.via_switch().substr(0, 64) +
+                             "' is not IPv4ADDRESS:PORT with a nonzero port");
+    }
+    join.via_switch = net::FormatAddress(via.value());
+  }
   join.auth_key = req.auth_key();
   join.accept_result_multicast = req.accept_result_multicast();
   const size_t threads = size_t(req.data_addresses_size());

@@ -19,6 +19,9 @@ struct ParsedJoin {
   std::chrono::milliseconds join_timeout;
   std::string auth_key;  // empty, or kAuthKeyBytes of job secret
   bool accept_result_multicast = false;
+  // A rack switch's forwarded join (JoinRequest.via_switch): its control
+  // address; empty for a worker's own join.
+  std::string via_switch;
 };
 
 // Checks the protocol version, ranges, and the data addresses (numeric IPv4

@@ -1,6 +1,9 @@
 #include "switch/software_target.h"
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
+
+#include <algorithm>
 
 #include "net/address.h"
 #include "switch/result_group.h"
@@ -86,12 +89,30 @@ std::vector<sockaddr_in> SoftwareTarget::ResultGroups(const JobAssignment& job,
 
 Status SoftwareTarget::Install(const JobInstall& job) {
   std::vector<sockaddr_in> book;  // [rank * threads + t]
-  for (const auto& per_rank : job.addresses)
+  for (const auto& per_rank : job.addresses) {
+    // A rank served by another switch of a tree has no sockets here: its
+    // entries stay unset and match no sender.
+    if (per_rank.empty()) book.resize(book.size() + job.threads, sockaddr_in{});
     book.insert(book.end(), per_rank.begin(), per_rank.end());
-  const JobRegistration registration = ToRegistration(job.assignment);
+  }
+  JobRegistration registration = ToRegistration(job.assignment);
+  registration.local_ranks = job.local_ranks;
+  if (job.upstream) registration.upstream = UpstreamLink{job.upstream->job, job.upstream->member};
   for (size_t s = 0; s < shards_.size(); ++s) {
-    Status installed =
-        shards_[s]->InstallJob(registration, job.threads, book, job.auth, job.result_groups);
+    std::optional<UpstreamRoute> route;
+    if (job.upstream) {
+      route.emplace(UpstreamRoute{job.upstream->job, job.upstream->addresses, std::nullopt});
+      if (!job.upstream->auth_key.empty()) {
+        // Each shard signs as its own sender under the upstream's key.
+        net::AuthKey secret;
+        std::copy(job.upstream->auth_key.begin(), job.upstream->auth_key.end(), secret.begin());
+        route->auth.emplace(secret, job.upstream->auth_salt, job.upstream->job.value(),
+                            net::WorkerSenderId(job.upstream->member, uint16_t(s)));
+        sodium_memzero(secret.data(), secret.size());
+      }
+    }
+    Status installed = shards_[s]->InstallJob(registration, job.threads, book, job.auth,
+                                              job.result_groups, std::move(route));
     if (!installed.ok()) {
       for (size_t undo = 0; undo < s; ++undo) shards_[undo]->RemoveJob(job.assignment.id);
       return installed;

@@ -77,6 +77,12 @@ Status SwitchConfig::Validate() const {
                            ": the af_xdp transport serves one data thread per interface; use 1");
   }
   if (auto bind = net::ParseAddress(bind_address, 0); !bind.ok()) return bind.status();
+  if (!upstream.empty()) {
+    if (auto up = net::ParseAddress(upstream, kDefaultControlPort); !up.ok()) {
+      return InvalidArgument("upstream='" + upstream + "': " + up.status().message() +
+                             "; use HOST[:PORT] of the upstream switch's control plane");
+    }
+  }
   return data_plane.Validate();
 }
 
@@ -102,6 +108,11 @@ Status SwitchConfig::ValidateWithoutSoftwareDataPlane() const {
   }
   if (c.max_workers != d.max_workers) return refuse("data_plane.max_workers", c.max_workers);
   if (c.max_jobs != d.max_jobs) return refuse("data_plane.max_jobs", c.max_jobs);
+  if (!config.upstream.empty()) {
+    return InvalidArgument("upstream='" + config.upstream +
+                           "': only the software data plane forwards to an upstream switch "
+                           "(docs/design.md §7); drop --upstream or run the software switch");
+  }
   return Status::Ok();
 }
 
@@ -171,8 +182,18 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
   impl->software = software;
   const bool multicast = software != nullptr && !software->result_ports().empty();
   impl->config.result_multicast = multicast;
+  std::unique_ptr<UpstreamClient> upstream;
+  UpstreamClient* upstream_raw = nullptr;
+  if (!config.upstream.empty()) {
+    auto client =
+        UpstreamClient::Create(config.upstream, config.control_port, impl->target->data_ports());
+    if (!client.ok()) return client.status();
+    upstream = std::move(client).value();
+    upstream_raw = upstream.get();
+  }
   impl->service = std::make_unique<ControlService>(
-      impl->target.get(), multicast, std::chrono::seconds(impl->config.job_stats_grace_s));
+      impl->target.get(), multicast, std::chrono::seconds(impl->config.job_stats_grace_s),
+      std::move(upstream));
 
   grpc::ServerBuilder builder;
   int selected = 0;
@@ -196,6 +217,10 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
                            " (port in use? pick another with --control-port)");
   }
   impl->control_port = uint16_t(selected);
+  if (upstream_raw != nullptr) {
+    upstream_raw->SetControlPort(impl->control_port);
+    spdlog::info("a rack switch: every job's joins go to the {}", upstream_raw->name());
+  }
   if (!config.metrics_address.empty()) {
     if (Status s = impl->ServeMetrics(config.metrics_address); !s.ok()) return s;
   }

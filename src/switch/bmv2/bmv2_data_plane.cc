@@ -275,6 +275,11 @@ const Host* Bmv2DataPlane::FindHost(in_addr ip) const {
 }
 
 Status Bmv2DataPlane::Install(const JobInstall& install) {
+  if (install.upstream || !install.local_ranks.empty()) {
+    return FailedPrecondition(
+        "the bmv2 program aggregates one level only: it does not forward to an upstream switch "
+        "(docs/design.md §7); run the software switch as a rack switch");
+  }
   const JobAssignment& job = install.assignment;
   const std::vector<std::vector<sockaddr_in>>& addresses = install.addresses;
   const uint32_t id = job.id.value();
@@ -376,8 +381,9 @@ StatusOr<TargetCounters> Bmv2DataPlane::Counters(const std::vector<JobId>&) {
     if (!answer.ok()) return answer.status();
     return ParseCounterPackets(answer.value());
   };
-  // The program's EVENT_* indexes follow kEventCounters.
-  for (size_t index = 0; index < std::size(kEventCounters); ++index) {
+  // The program's EVENT_* indexes follow kEventCounters; it counts those of
+  // one level only (the upstream ones stay zero: it has no upstream).
+  for (size_t index = 0; index < kOneLevelEventCounters; ++index) {
     auto value = read(kEvents, int(index));
     if (!value.ok()) return value.status();
     c.*kEventCounters[index].field = value.value();
