@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   app.add_option("--latency-us", latency_us, "one-way delay of every transmission (microseconds)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--racks", racks,
-                 "2 or more: a tree (docs/design.md §7): the workers split into this many racks, "
+                 "2 or more: a tree (docs/design.md §10): the workers split into this many racks, "
                  "each with its own switch, under one root switch")
       ->check(CLI::Range(1, 1024));
   app.add_option("--upstream-gbps", upstream_gbps,

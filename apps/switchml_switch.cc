@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
                  "af_xdp: the network interface (default: the one holding --bind)");
   app.add_option("--upstream", config.upstream,
                  "HOST[:PORT] of an upstream switch: be a rack switch of a tree (docs/design.md "
-                 "§7), forwarding joins there and each completed slot as one member");
+                 "§10), forwarding joins there and each completed slot as one member");
   app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(

@@ -145,5 +145,53 @@ TEST_F(PacketHandlerTest, OnlyTheRegisteredSocketSpeaksForARank) {
   EXPECT_EQ(Drops(DropReason::kRankOutOfRange), 1u);
 }
 
+// A rack switch of a tree (docs/design.md §10): ranks 0 and 1 of a 3-rank
+// job are served here, and a completed slot goes upstream as member 1 of the
+// upstream's job 99; only the upstream's socket may answer, once per slot.
+TEST_F(PacketHandlerTest, ARackSendsCompletedSlotsUpstreamAndTakesOnlyItsAnswer) {
+  JobRegistration share{job_, 3, kK, 0, kSlots};
+  share.local_ranks = {0, 1};
+  share.upstream = UpstreamLink{JobId(99), 1};
+  ASSERT_TRUE(dp_.RegisterJob(share).ok());
+  handler_.Install(job_, 3, kSlots, 1, {Address(1000), Address(1001), sockaddr_in{}}, std::nullopt,
+                   {}, UpstreamRoute{JobId(99), {Address(2000)}, std::nullopt});
+  EXPECT_FALSE(Handle(Contribution(job_, 2, 9), 1002));  // a rank of another rack
+  EXPECT_FALSE(Handle(Contribution(job_, 0, 5), 1000));
+  EXPECT_TRUE(Handle(Contribution(job_, 1, 7), 1001));
+  ASSERT_EQ(sink_.sent.size(), 1u);
+  PacketView v;
+  ASSERT_EQ(DecodePacket(sink_.sent[0].first, &v), DecodeError::kOk);
+  EXPECT_EQ(sink_.sent[0].second, 2000);
+  EXPECT_EQ(v.header.type, MessageType::kContribution);
+  EXPECT_EQ(v.header.job, 99u);
+  EXPECT_EQ(v.header.rank, 1);
+  EXPECT_EQ(int32_t(LoadBe32(v.payload)), 12);  // the partial sum, as it stands
+
+  // The upstream's result, from elsewhere and then from its socket.
+  std::vector<uint8_t> result = Contribution(JobId(99), kAllRanks, 30);
+  PacketHeader h = v.header;
+  h.type = MessageType::kResult;
+  h.rank = kAllRanks;
+  EncodeHeader(h, result);
+  EXPECT_FALSE(Handle(result, 2001));
+  EXPECT_EQ(Drops(DropReason::kSourceMismatch), 2u);  // and rank 2's packet above
+  EXPECT_TRUE(Handle(result, 2000));
+  ASSERT_EQ(sink_.sent.size(), 3u);  // to ranks 0 and 1, not to the unset rank 2
+  ASSERT_EQ(DecodePacket(sink_.sent[1].first, &v), DecodeError::kOk);
+  EXPECT_EQ(v.header.type, MessageType::kResult);
+  EXPECT_EQ(v.header.job, job_.value());
+  EXPECT_EQ(int32_t(LoadBe32(v.payload)), 30);
+  EXPECT_EQ(sink_.sent[1].second, 1000);
+  EXPECT_EQ(sink_.sent[2].second, 1001);
+  EXPECT_FALSE(Handle(result, 2000));  // a duplicate answers nothing
+  EXPECT_EQ(Drops(DropReason::kStaleChunk), 1u);
+  EXPECT_EQ(dp_.counters().upstream_results, 1u);
+
+  // A retransmission after the result gets the stored upstream result.
+  EXPECT_TRUE(Handle(Contribution(job_, 0, 5), 1000));
+  ASSERT_EQ(DecodePacket(sink_.sent.back().first, &v), DecodeError::kOk);
+  EXPECT_EQ(int32_t(LoadBe32(v.payload)), 30);
+}
+
 }  // namespace
 }  // namespace switchml

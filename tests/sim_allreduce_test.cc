@@ -187,7 +187,7 @@ INSTANTIATE_TEST_SUITE_P(LargeJobs, SimAllReduce,
                                             ::testing::Values(Profile::kLossy1)),
                          CaseName);
 
-// A tree of switches (docs/design.md §7): racks x workers per rack under
+// A tree of switches (docs/design.md §10): racks x workers per rack under
 // one root, with loss, duplication and reordering on every link (the racks'
 // links to the root too). The results must be bitwise those of the flat job
 // of the same ranks through one switch.

@@ -1,4 +1,4 @@
-// Beyond one switch (docs/design.md §5 and §7). One job over several switch
+// Beyond one switch (docs/design.md §5 and §10). One job over several switch
 // hosts (switch_address "A,B"): worker thread t talks to host t % hosts, each
 // host aggregates its threads' share. A tree: rack switches with an upstream
 // switch, each rack aggregating its ranks. Either way results are bitwise
@@ -292,6 +292,18 @@ TEST(SwitchTree, ARankMissingAnywhereTimesTheJoinOutEverywhere) {
   auto context = Context::Start(c);
   ASSERT_FALSE(context.ok());
   EXPECT_NE(context.status().message().find("missing rank(s) 1"), std::string::npos)
+      << context.status().message();
+}
+
+TEST(SwitchTree, AnUnreachableUpstreamFailsTheJoinNamingIt) {
+  auto root = StartSwitch();
+  ASSERT_TRUE(root);
+  auto rack = StartRackSwitch(*root);
+  ASSERT_TRUE(rack);
+  root->Stop();
+  auto context = Context::Start(WorkerConfig(*rack, "orphan", 0, 1));
+  ASSERT_FALSE(context.ok());
+  EXPECT_NE(context.status().message().find("upstream switch " + Address(*root)), std::string::npos)
       << context.status().message();
 }
 

@@ -60,7 +60,7 @@ struct SwitchConfig {
   uint32_t job_stats_grace_s = 300;
   static constexpr uint32_t kMaxJobStatsGraceS = 86400;
   // "HOST[:PORT]" of an upstream switch's control plane: this switch is then
-  // a rack switch of a tree (docs/design.md §7). It forwards every worker's
+  // a rack switch of a tree (docs/design.md §10). It forwards every worker's
   // join there and aggregates its own workers' contributions, sending each
   // completed slot upstream as one member; the workers do not know. Empty:
   // this switch aggregates alone (or is the root of a tree). Software data

@@ -79,7 +79,7 @@
 #define EVENT_RESULTS_RESENT 3
 #define EVENT_PENDING_REPLIES 4
 // Counted by the software switch in a tree of switches only (the P4 programs
-// do not forward upstream; docs/design.md §7).
+// do not forward upstream; docs/design.md §10).
 #define EVENT_UPSTREAM_SENT 5
 #define EVENT_UPSTREAM_RESENT 6
 #define EVENT_UPSTREAM_RESULTS 7

@@ -63,7 +63,7 @@ class JobRegistry {
   // the last rank joins, the job gets its id and segment, and Assignment()
   // answers.
   Status Join(const JobRequest& request);
-  // A rack switch's share of a job in a tree (docs/design.md §7): the other
+  // A rack switch's share of a job in a tree (docs/design.md §10): the other
   // ranks joined other switches, and the upstream switch chose
   // `elements_per_packet` for all. Installs the job with the ranks joined
   // here (which must all be there) and the slots they asked for.

@@ -11,7 +11,7 @@
 // carries the job id, and the table entry remembers the full id, so packets
 // of an ended job are dropped even when its table entry is reused.
 //
-// In a tree of switches (docs/design.md §7) a job's registration names the
+// In a tree of switches (docs/design.md §10) a job's registration names the
 // ranks served here and an upstream link: a slot complete here goes upstream
 // as one contribution (the int32 partial sum, the maximum next exponent), and
 // the upstream's result becomes the slot's result. Until it arrives the slot
@@ -38,7 +38,7 @@
 
 namespace switchml {
 
-// A job's link to the switch above this one in a tree (docs/design.md §7).
+// A job's link to the switch above this one in a tree (docs/design.md §10).
 struct UpstreamLink {
   JobId job;          // the upstream switch's id of the job
   uint16_t rank = 0;  // this switch's member index in that job

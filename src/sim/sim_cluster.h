@@ -26,7 +26,7 @@ struct SimClusterOptions {
   bool non_finite_error = false;  // WorkerEngineConfig::non_finite_error
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
-  // 2 or more: a tree (docs/design.md §7). The ranks split into this many
+  // 2 or more: a tree (docs/design.md §10). The ranks split into this many
   // racks of consecutive ranks (ThreadShare), each with its own switch,
   // under one root switch whose job's members are the racks.
   uint16_t racks = 1;

@@ -3,7 +3,7 @@
 // duplication, reordering and delay. The same seed gives the same run, event
 // for event. Used by the tests and the demo; a transport like any other.
 //
-// It also runs a tree of switches (docs/design.md §7): rack switches, each
+// It also runs a tree of switches (docs/design.md §10): rack switches, each
 // with its workers, and a root switch above them, every rack on its own link
 // to the root with the same model of loss and delay.
 //

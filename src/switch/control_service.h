@@ -34,7 +34,7 @@ class ControlService final : public control::v1::Control::Service {
   // get their results by host-local multicast where the target has groups.
   // An ended job's final counters stay in the stats for `job_stats_grace`.
   // With `upstream`, this switch is a rack switch of a tree (docs/design.md
-  // §7): it forwards every join upstream and serves its share of each job.
+  // §10): it forwards every join upstream and serves its share of each job.
   explicit ControlService(DataPlaneTarget* target, bool result_multicast = true,
                           std::chrono::seconds job_stats_grace = std::chrono::seconds(300),
                           std::unique_ptr<UpstreamClient> upstream = nullptr);

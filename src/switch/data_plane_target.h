@@ -34,7 +34,7 @@ struct JobInstall {
   std::optional<net::PacketAuthenticator> auth;
   // One per worker thread (from ResultGroups), or empty: results by unicast.
   std::vector<sockaddr_in> result_groups;
-  // A tree of switches (docs/design.md §7): the ranks served here, ascending
+  // A tree of switches (docs/design.md §10): the ranks served here, ascending
   // (empty: all), and where their completed slots go.
   std::vector<uint16_t> local_ranks = {};
   struct Upstream {

@@ -33,7 +33,7 @@ class ReplySink {
   virtual void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) = 0;
 };
 
-// Where a job's partial sums go in a tree of switches (docs/design.md §7):
+// Where a job's partial sums go in a tree of switches (docs/design.md §10):
 // the upstream switch's socket for each worker thread t (the upstream data
 // thread that serves t), and the upstream registration's authenticator
 // (this switch signs as that job's member; the upstream's results verify

@@ -111,7 +111,7 @@ Status SwitchConfig::ValidateWithoutSoftwareDataPlane() const {
   if (!config.upstream.empty()) {
     return InvalidArgument("upstream='" + config.upstream +
                            "': only the software data plane forwards to an upstream switch "
-                           "(docs/design.md §7); drop --upstream or run the software switch");
+                           "(docs/design.md §10); drop --upstream or run the software switch");
   }
   return Status::Ok();
 }

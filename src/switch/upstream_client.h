@@ -1,5 +1,5 @@
 // A rack switch's connection to its upstream switch (a tree of switches,
-// docs/design.md §7): it forwards each of its workers' joins upstream as a
+// docs/design.md §10): it forwards each of its workers' joins upstream as a
 // join of the same rank through this switch (JoinRequest.via_switch), so the
 // upstream switch learns the job's rank -> rack map, and it relays the
 // upstream's events back. One call per forwarded rank, so the upstream sees

@@ -278,7 +278,7 @@ Status Bmv2DataPlane::Install(const JobInstall& install) {
   if (install.upstream || !install.local_ranks.empty()) {
     return FailedPrecondition(
         "the bmv2 program aggregates one level only: it does not forward to an upstream switch "
-        "(docs/design.md §7); run the software switch as a rack switch");
+        "(docs/design.md §10); run the software switch as a rack switch");
   }
   const JobAssignment& job = install.assignment;
   const std::vector<std::vector<sockaddr_in>>& addresses = install.addresses;
