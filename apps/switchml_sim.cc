@@ -117,15 +117,12 @@ int main(int argc, char** argv) {
   }
 
   auto& c = *cluster.value();
-  switchml::FloatCheck worst;
+  // Rank 0 against the exact sum (each check costs workers x count), every
+  // other rank bitwise against rank 0.
+  const switchml::FloatCheck worst =
+      switchml::CheckFloatAllReduce(inputs, out[0].data(), count, uint16_t(elements));
   bool identical = true;
-  for (int r = 0; r < workers; ++r) {
-    const switchml::FloatCheck check =
-        switchml::CheckFloatAllReduce(inputs, out[r].data(), count, uint16_t(elements));
-    if (check.violations > 0 || check.max_abs_error > worst.max_abs_error) worst = check;
-    identical = identical && out[r] == out[0];
-    if (check.violations > 0) break;
-  }
+  for (int r = 1; r < workers; ++r) identical = identical && out[r] == out[0];
   uint64_t sent = 0, retransmissions = 0;
   for (int r = 0; r < workers; ++r) {
     sent += c.worker(uint16_t(r)).counters().packets_sent;

@@ -245,6 +245,8 @@ TEST(SwitchTree, TwoRacksUnderAnUpstreamEqualOneSwitchBitwise) {
     EXPECT_GT(Contributions(*rack_b, job), 0);
     EXPECT_EQ(Contributions(*rack_a, job), Contributions(*rack_b, job));
     EXPECT_EQ(Contributions(*root, job), Contributions(*rack_a, job));
+    EXPECT_NE(rack_b->PrometheusText().find("switchml_job_upstream_results_total{job=\"" + job),
+              std::string::npos);
     const std::string text = root->PrometheusText();
     EXPECT_EQ(text.find("switchml_job_drops_total{job=\"" + job), std::string::npos) << text;
   }

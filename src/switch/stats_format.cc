@@ -45,6 +45,12 @@ std::string FormatTable(const control::v1::StatsReply& s) {
                   (unsigned long long)c.packets(), (unsigned long long)c.slots_completed(),
                   (unsigned long long)c.results_resent(), (unsigned long long)c.pending_replies());
     out += buf;
+    if (c.upstream_sent() != 0) {  // a rack switch's share of a tree's job
+      std::snprintf(buf, sizeof(buf), "      upstream: sent %llu, resent %llu, results %llu\n",
+                    (unsigned long long)c.upstream_sent(), (unsigned long long)c.upstream_resent(),
+                    (unsigned long long)c.upstream_results());
+      out += buf;
+    }
     for (const auto& [reason, n] : c.drops()) {
       out += "      dropped " + reason + ": " + std::to_string(n) + "\n";
     }
