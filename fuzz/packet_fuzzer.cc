@@ -1,5 +1,6 @@
 // libFuzzer target: arbitrary bytes as a packet, through the decoder, the
-// data plane (with live jobs), the switch's packet handler (source and MAC
+// data plane (with live jobs, one of them a rack switch's share of a tree),
+// the switch's packet handler (source and MAC
 // checks in front of a second data plane: a keyless job, a keyed job and a
 // job registered but not yet installed) and a worker engine. Any crash,
 // sanitizer report or broken invariant is a bug.
@@ -39,6 +40,13 @@ struct World {
   World() : data_plane(Config()), switch_plane(Config()), handler(&switch_plane) {
     (void)data_plane.RegisterJob({JobId(7), 3, 32, 0, 8});
     (void)data_plane.RegisterJob({JobId(12), 1, 64, 8, 4});
+    // A rack switch's share of a tree's job: ranks 0 and 2 of 4 served here,
+    // completed slots to member 1 of the upstream's job 20, whose results
+    // (job 20) come back.
+    JobRegistration share{JobId(9), 4, 32, 12, 4};
+    share.local_ranks = {0, 2};
+    share.upstream = UpstreamLink{JobId(20), 1, Nanos(300000)};
+    (void)data_plane.RegisterJob(share);
     // The handler's jobs: 7 keyless, 12 keyed (world 1), 13 registered in the
     // data plane without an address book (mid-installation).
     (void)switch_plane.RegisterJob({JobId(7), 3, 32, 0, 8});
@@ -96,6 +104,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t before = world->data_plane.counters().packets;
   const Verdict v = world->data_plane.Process(bytes, out);
   if (world->data_plane.counters().packets != before + 1 || v.out_bytes > out.size()) std::abort();
+  // Overdue upstream contributions: well-formed packets of the upstream's job.
+  std::vector<uint8_t> upstream(PacketBytes(64));
+  for (Verdict r; (r = world->data_plane.NextUpstreamResend(Nanos(world->now), upstream)).action !=
+                  Action::kDrop;) {
+    PacketView resent;
+    if (r.action != Action::kSendUpstream ||
+        DecodePacket({upstream.data(), r.out_bytes}, &resent) != DecodeError::kOk ||
+        resent.header.job != 20 || resent.header.rank != 1) {
+      std::abort();
+    }
+  }
 
   // The handler: from one of the registered ports (the first byte picks it),
   // every packet is counted once, and a job without a book never changes state.

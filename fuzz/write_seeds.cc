@@ -33,6 +33,21 @@ int main(int argc, char** argv) {
       Write(dir + "/packet/seed" + std::to_string(n++), b);
     }
   }
+  // A rack switch's share (job 9, ranks 0 and 2) and its upstream's results
+  // (job 20, to member 1 or to all).
+  for (int i = 0; i < 4; ++i) {
+    PacketHeader h;
+    h.type = i < 2 ? MessageType::kContribution : MessageType::kResult;
+    h.job = i < 2 ? 9 : 20;
+    h.rank = i == 0 ? 0 : i == 1 ? 2 : i == 2 ? 1 : kAllRanks;
+    h.slot = 1;
+    h.chunk = 3;
+    h.element_count = 32;
+    std::string b(PacketBytes(32), '\0');
+    EncodeHeader(h, std::span(reinterpret_cast<uint8_t*>(b.data()), b.size()));
+    for (size_t j = kHeaderBytes; j < b.size(); ++j) b[j] = char(j * 7);
+    Write(dir + "/packet/tree" + std::to_string(i), b);
+  }
   std::string sequence;
   for (int i = 0; i < 6; ++i) {
     control::v1::JoinRequest r;
