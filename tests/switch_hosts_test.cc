@@ -162,34 +162,42 @@ TEST(SwitchHosts, OneJobOverTwoSwitchesEqualsOneSwitchBitwise) {
   for (uint32_t r = 0; r < world; ++r) EXPECT_EQ(keyed.floats[r], flat.floats[r]);
 }
 
-TEST(SwitchHosts, AHostThatStopsFailsTheJobOnEveryRankNamingIt) {
-  auto a = StartSwitch();
-  auto b = StartSwitch();
-  ASSERT_TRUE(a && b);
-  const uint32_t world = 2;
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < world; ++r) {
-    ContextConfig c = WorkerConfig(*a, "dies", r, world);
-    c.switch_address = Address(*a) + "," + Address(*b);
-    c.threads = 2;
-    c.failure_timeout_ms = 600000;  // only the control plane can fail it
-    configs.push_back(c);
-  }
+// Starts `configs` (failing only by the control plane), runs one all-reduce,
+// stops `victim` and expects every rank's next all-reduce to fail naming `named`.
+void ExpectAStoppedSwitchFailsEveryRank(std::vector<ContextConfig> configs, SwitchServer& victim,
+                                        const std::string& named) {
+  for (auto& c : configs) c.failure_timeout_ms = 600000;
   auto contexts = StartAll(configs);
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  const size_t world = configs.size();
   std::vector<float> x(100000, 1.0f);
   ForEachRank(world, [&](size_t r) {
     std::vector<float> mine = x;
     EXPECT_TRUE(
         contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32).ok());
+    EXPECT_EQ(mine[0], float(world));
   });
-  b->Stop();
+  victim.Stop();
   ForEachRank(world, [&](size_t r) {
     std::vector<float> mine = x;
     const Status s = contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32);
     EXPECT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("at switch " + Address(*b)), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(named), std::string::npos) << r << ": " << s.message();
   });
+}
+
+TEST(SwitchHosts, AHostThatStopsFailsTheJobOnEveryRankNamingIt) {
+  auto a = StartSwitch();
+  auto b = StartSwitch();
+  ASSERT_TRUE(a && b);
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ContextConfig c = WorkerConfig(*a, "dies", r, 2);
+    c.switch_address = Address(*a) + "," + Address(*b);
+    c.threads = 2;
+    configs.push_back(c);
+  }
+  ExpectAStoppedSwitchFailsEveryRank(configs, *b, "at switch " + Address(*b));
 }
 
 TEST(SwitchHosts, AnUnreachableHostFailsTheStartNamingIt) {
@@ -258,30 +266,12 @@ TEST(SwitchTree, ARackSwitchThatStopsFailsEveryRankNamingIt) {
   auto rack_a = StartRackSwitch(*root);
   auto rack_b = StartRackSwitch(*root);
   ASSERT_TRUE(rack_a && rack_b);
-  const uint32_t world = 4;
   std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < world; ++r) {
-    ContextConfig c = WorkerConfig(r < 2 ? *rack_a : *rack_b, "rack-dies", r, world);
-    c.failure_timeout_ms = 600000;  // only the control plane can fail it
-    configs.push_back(c);
+  for (uint32_t r = 0; r < 4; ++r) {
+    configs.push_back(WorkerConfig(r < 2 ? *rack_a : *rack_b, "rack-dies", r, 4));
   }
-  auto contexts = StartAll(configs);
-  for (auto& c : contexts) ASSERT_NE(c, nullptr);
-  std::vector<float> x(100000, 1.0f);
-  ForEachRank(world, [&](size_t r) {
-    std::vector<float> mine = x;
-    EXPECT_TRUE(
-        contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32).ok());
-    EXPECT_EQ(mine[0], 4.0f);
-  });
-  rack_a->Stop();
-  ForEachRank(world, [&](size_t r) {
-    std::vector<float> mine = x;
-    const Status s = contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32);
-    EXPECT_FALSE(s.ok());
-    // Rack A's ranks lost their switch; rack B's hear it from the upstream.
-    EXPECT_NE(s.message().find(Address(*rack_a)), std::string::npos) << r << ": " << s.message();
-  });
+  // Rack A's ranks lose their switch; rack B's hear it from the upstream.
+  ExpectAStoppedSwitchFailsEveryRank(configs, *rack_a, Address(*rack_a));
 }
 
 TEST(SwitchTree, ARankMissingAnywhereTimesTheJoinOutEverywhere) {

@@ -205,9 +205,14 @@ Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, Jo
   if (result_multicast_ && !job.unicast_only) {
     install.result_groups = target_->ResultGroups(assignment, job.threads);
   }
-  if (Status s = target_->Install(install); !s.ok()) {
-    spdlog::error("job '{}': {}", job.name, s.message());
-    return s;
+  const Status installed = target_->Install(install);
+  if (install.upstream && !install.upstream->auth_key.empty()) {
+    std::string& key = install.upstream->auth_key;  // the target keeps its own copies
+    sodium_memzero(key.data(), key.size());
+  }
+  if (!installed.ok()) {
+    spdlog::error("job '{}': {}", job.name, installed.message());
+    return installed;
   }
   job.result_groups = std::move(install.result_groups);
   job.assignment = assignment;
