@@ -474,5 +474,36 @@ TEST(SwitchMetrics, RefusesAGracePeriodOverADay) {
   EXPECT_NE(s.message().find("job_stats_grace_s=86401"), std::string::npos) << s.message();
 }
 
+TEST(SwitchTreeConfig, RefusesABadUpstreamAndAnUpstreamOnAnotherDataPlane) {
+  SwitchConfig config = ControlOnlyConfig();
+  config.upstream = "300.1.2.3";
+  Status s = config.Validate();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("upstream='300.1.2.3'"), std::string::npos) << s.message();
+  config.upstream = "10.0.0.1:48800";
+  EXPECT_TRUE(config.Validate().ok());
+  s = config.ValidateWithoutSoftwareDataPlane();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("only the software data plane"), std::string::npos) << s.message();
+}
+
+// A rack switch's forwarded join names the rack in via_switch: a dotted quad
+// with a port, like every address from the network.
+TEST(SwitchTreeConfig, AForwardedJoinNamesItsRackSwitchByNumericAddress) {
+  control::v1::JoinRequest r;
+  r.set_protocol_version(kWireVersion);
+  r.set_job_name("j");
+  r.set_world_size(2);
+  r.add_data_addresses("10.0.0.1:4000");
+  r.set_pool_slots(8);
+  r.set_via_switch("rack-a:48800");
+  EXPECT_NE(ParseJoinRequest(r).status().message().find("via_switch 'rack-a:48800'"),
+            std::string::npos);
+  r.set_via_switch("10.0.0.9:48800");
+  auto parsed = ParseJoinRequest(r);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed.value().via_switch, "10.0.0.9:48800");
+}
+
 }  // namespace
 }  // namespace switchml
