@@ -68,6 +68,11 @@ Status DataThread::InstallJob(const JobRegistration& job, uint16_t threads,
                               std::optional<UpstreamRoute> upstream) {
   Status status;
   Execute([&] {
+    // The upstream never sends first: the endpoint must know how to reach it.
+    for (size_t t = 0; upstream && t < upstream->addresses.size() && status.ok(); ++t) {
+      status = endpoint_->AddPeer(upstream->addresses[t]);
+    }
+    if (!status.ok()) return;
     status = data_plane_.RegisterJob(job);
     if (status.ok()) {
       handler_.Install(job.id, job.world_size, job.pool_slots, threads, std::move(addresses), auth,

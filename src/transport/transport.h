@@ -81,6 +81,14 @@ class Endpoint {
   // Restricts the endpoint to one peer: only its datagrams are received, and
   // Commit() may pass no destination.
   virtual Status Connect(const Address& peer) = 0;
+  // Announces a destination this endpoint will send to before it has heard
+  // from it (a rack switch's upstream, docs/design.md §10). The kernel path
+  // needs nothing; a transport that builds its own frames resolves the next
+  // hop now (and may wait for the kernel to), so the packet path never has to.
+  virtual Status AddPeer(const Address& peer) {
+    (void)peer;
+    return Status::Ok();
+  }
   // Datagrams this endpoint sends to multicast groups stay on this host.
   virtual Status SetHostLocalMulticast() = 0;
   // Readable (POLLIN) when Receive() may return datagrams.

@@ -227,6 +227,24 @@ class AfXdpEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
+  Status AddPeer(const Address& peer) override {
+    auto mac = NextHopMac(attachment_->interface(), peer.sin_addr);
+    if (!mac.ok()) return mac.status();
+    for (LearnedMac& e : pinned_) {
+      if (e.address == peer.sin_addr.s_addr) {
+        e.mac = mac.value();
+        return Status::Ok();
+      }
+    }
+    if (pinned_.size() >= kMaxPinnedPeers) {
+      return Status(StatusCode::kResourceExhausted, "af_xdp: an endpoint sends to at most " +
+                                                        std::to_string(kMaxPinnedPeers) +
+                                                        " announced peers");
+    }
+    pinned_.push_back({peer.sin_addr.s_addr, mac.value()});
+    return Status::Ok();
+  }
+
   Status SetHostLocalMulticast() override {
     return Status(StatusCode::kFailedPrecondition,
                   "af_xdp sends no multicast (results go by unicast)");
@@ -404,9 +422,15 @@ class AfXdpEndpoint final : public Endpoint {
     e.address = address;
     e.mac = mac;
   }
+  // A learned MAC, else an announced peer's (AddPeer): learning may evict a
+  // peer that never sends first.
   const Mac* Learned(uint32_t address) const {
     const LearnedMac& e = learned_[Slot(address)];
-    return e.address == address && address != 0 ? &e.mac : nullptr;
+    if (e.address == address && address != 0) return &e.mac;
+    for (const LearnedMac& p : pinned_) {
+      if (p.address == address) return &p.mac;
+    }
+    return nullptr;
   }
   static uint32_t Slot(uint32_t address) {
     return (address * 2654435761u) >> 22 & (kLearnedMacs - 1);
@@ -437,6 +461,8 @@ class AfXdpEndpoint final : public Endpoint {
   Address peer_{};
   Mac peer_mac_{};
   std::array<LearnedMac, kLearnedMacs> learned_{};
+  static constexpr size_t kMaxPinnedPeers = 64;
+  std::vector<LearnedMac> pinned_;  // AddPeer's, resolved at setup
   uint64_t invalid_frames_ = 0;
   EndpointCounters counters_;
 };
