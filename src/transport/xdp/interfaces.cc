@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <linux/if_packet.h>
+#include <linux/neighbour.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,67 +14,121 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "net/address.h"
 
 namespace switchml::transport::xdp {
 namespace {
 
-std::optional<Mac> ParseMac(const std::string& text) {
-  Mac mac{};
-  unsigned v[6];
-  if (std::sscanf(text.c_str(), "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) !=
-      6) {
-    return std::nullopt;
-  }
-  for (int i = 0; i < 6; ++i) mac[size_t(i)] = uint8_t(v[i]);
-  return mac;
-}
-
-// The gateway of the most specific route on `interface` toward `peer`
-// (/proc/net/route: hexadecimal, network byte order); 0 when on-link.
-uint32_t Gateway(const std::string& interface, in_addr peer) {
-  std::ifstream routes("/proc/net/route");
-  std::string line;
-  std::getline(routes, line);  // the header
-  int best_bits = -1;
-  uint32_t gateway = 0;
-  while (std::getline(routes, line)) {
-    std::istringstream f(line);
-    std::string name;
-    unsigned long dest = 0, gw = 0, flags = 0, refs = 0, use = 0, metric = 0, mask = 0;
-    f >> name >> std::hex >> dest >> gw >> flags >> std::dec >> refs >> use >> metric >> std::hex >>
-        mask;
-    if (!f || name != interface || (flags & 1) == 0) continue;  // RTF_UP
-    if ((peer.s_addr & uint32_t(mask)) != uint32_t(dest)) continue;
-    const int bits = __builtin_popcount(uint32_t(mask));
-    if (bits > best_bits) {
-      best_bits = bits;
-      gateway = (flags & 2) ? uint32_t(gw) : 0;  // RTF_GATEWAY
+// One rtnetlink request and its answers: `handle` sees each message of type
+// `answer` (a dump ends with NLMSG_DONE). False when the kernel refused.
+template <typename Handle>
+bool AskNetlink(nlmsghdr* request, uint16_t answer, Handle&& handle) {
+  const int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+  if (fd < 0) return false;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  bool ok = sendto(fd, request, request->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel),
+                   sizeof(kernel)) == ssize_t(request->nlmsg_len);
+  std::vector<char> buffer(1 << 16);
+  for (bool done = !ok; !done;) {
+    const ssize_t n = recv(fd, buffer.data(), buffer.size(), 0);
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    size_t left = size_t(n);
+    for (auto* m = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(m, left);
+         m = NLMSG_NEXT(m, left)) {
+      if (m->nlmsg_seq != request->nlmsg_seq) continue;
+      if (m->nlmsg_type == NLMSG_ERROR) {
+        ok = reinterpret_cast<nlmsgerr*>(NLMSG_DATA(m))->error == 0 && ok;
+        done = true;
+      } else if (m->nlmsg_type == NLMSG_DONE) {
+        done = true;
+      } else if (m->nlmsg_type == answer) {
+        handle(m);
+        if ((m->nlmsg_flags & NLM_F_MULTI) == 0) done = true;
+      }
     }
   }
-  return gateway;
+  close(fd);
+  return ok;
 }
 
-std::optional<Mac> LookUpNeighbour(const std::string& interface, in_addr hop) {
-  std::ifstream table("/proc/net/arp");
-  std::string line;
-  std::getline(table, line);  // the header
-  while (std::getline(table, line)) {
-    std::istringstream f(line);
-    std::string ip, type, flags, mac, mask, device;
-    f >> ip >> type >> flags >> mac >> mask >> device;
-    in_addr a{};
-    if (!f || device != interface || inet_pton(AF_INET, ip.c_str(), &a) != 1) continue;
-    // Flags 0x2: complete.
-    if (a.s_addr == hop.s_addr && (std::strtoul(flags.c_str(), nullptr, 16) & 0x2)) {
-      return ParseMac(mac);
+// The next hop toward `peer` on the kernel's route (RTM_GETROUTE, as `ip
+// route get` asks): the route's gateway, or the peer itself when on-link;
+// nullopt when the route leaves by another interface than `index`.
+std::optional<in_addr> NextHop(int index, in_addr peer) {
+  struct {
+    nlmsghdr header;
+    rtmsg route;
+    char attributes[64];
+  } request{};
+  request.header.nlmsg_type = RTM_GETROUTE;
+  request.header.nlmsg_flags = NLM_F_REQUEST;
+  request.header.nlmsg_seq = 1;
+  request.route.rtm_family = AF_INET;
+  request.route.rtm_dst_len = 32;
+  auto* dst = reinterpret_cast<rtattr*>(request.attributes);
+  dst->rta_type = RTA_DST;
+  dst->rta_len = RTA_LENGTH(sizeof(peer));
+  std::memcpy(RTA_DATA(dst), &peer, sizeof(peer));
+  request.header.nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg)) + RTA_ALIGN(dst->rta_len);
+  in_addr hop = peer;
+  int oif = -1;
+  const bool ok = AskNetlink(&request.header, RTM_NEWROUTE, [&](nlmsghdr* m) {
+    int length = int(RTM_PAYLOAD(m));
+    for (auto* a = RTM_RTA(static_cast<rtmsg*>(NLMSG_DATA(m))); RTA_OK(a, length);
+         a = RTA_NEXT(a, length)) {
+      if (a->rta_type == RTA_GATEWAY && RTA_PAYLOAD(a) == sizeof(in_addr)) {
+        std::memcpy(&hop, RTA_DATA(a), sizeof(hop));
+      } else if (a->rta_type == RTA_OIF && RTA_PAYLOAD(a) == sizeof(int)) {
+        std::memcpy(&oif, RTA_DATA(a), sizeof(oif));
+      }
     }
-  }
-  return std::nullopt;
+  });
+  if (!ok || (oif >= 0 && oif != index)) return std::nullopt;
+  return hop;
+}
+
+// `hop`'s link-layer address in the kernel's neighbour table of interface
+// `index` (RTM_GETNEIGH, as `ip neigh` lists it), if the entry is usable.
+std::optional<Mac> LookUpNeighbour(int index, in_addr hop) {
+  struct {
+    nlmsghdr header;
+    ndmsg neighbour;
+  } request{};
+  request.header.nlmsg_len = NLMSG_LENGTH(sizeof(ndmsg));
+  request.header.nlmsg_type = RTM_GETNEIGH;
+  request.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  request.header.nlmsg_seq = 2;
+  request.neighbour.ndm_family = AF_INET;
+  std::optional<Mac> found;
+  constexpr uint16_t kUsable =
+      NUD_REACHABLE | NUD_STALE | NUD_DELAY | NUD_PROBE | NUD_PERMANENT | NUD_NOARP;
+  AskNetlink(&request.header, RTM_NEWNEIGH, [&](nlmsghdr* m) {
+    const auto* n = static_cast<ndmsg*>(NLMSG_DATA(m));
+    if (n->ndm_ifindex != index || (n->ndm_state & kUsable) == 0) return;
+    int length = int(m->nlmsg_len - NLMSG_LENGTH(sizeof(ndmsg)));
+    bool match = false;
+    Mac mac{};
+    bool have_mac = false;
+    for (auto* a = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(NLMSG_DATA(m)) +
+                                             NLMSG_ALIGN(sizeof(ndmsg)));
+         RTA_OK(a, length); a = RTA_NEXT(a, length)) {
+      if (a->rta_type == NDA_DST && RTA_PAYLOAD(a) == sizeof(in_addr)) {
+        match = std::memcmp(RTA_DATA(a), &hop, sizeof(hop)) == 0;
+      } else if (a->rta_type == NDA_LLADDR && RTA_PAYLOAD(a) == mac.size()) {
+        std::memcpy(mac.data(), RTA_DATA(a), mac.size());
+        have_mac = true;
+      }
+    }
+    if (match && have_mac) found = mac;
+  });
+  return found;
 }
 
 }  // namespace
@@ -132,12 +189,18 @@ StatusOr<Interface> FindInterface(const std::string& name, in_addr address) {
 }
 
 StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms) {
-  const uint32_t gateway = Gateway(interface.name, peer);
-  const in_addr hop{gateway != 0 ? gateway : peer.s_addr};
+  const std::optional<in_addr> next = NextHop(interface.index, peer);
+  if (!next) {
+    return Status(StatusCode::kFailedPrecondition, "af_xdp: the kernel's route toward " +
+                                                       net::FormatIp(peer) + " does not leave by " +
+                                                       interface.name + " (check `ip route get " +
+                                                       net::FormatIp(peer) + "` and --interface)");
+  }
+  const in_addr hop = *next;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
   bool probed = false;
   while (true) {
-    if (auto mac = LookUpNeighbour(interface.name, hop)) return *mac;
+    if (auto mac = LookUpNeighbour(interface.index, hop)) return *mac;
     if (std::chrono::steady_clock::now() >= deadline) break;
     if (!probed) {
       // Let the kernel resolve it: one datagram to the discard port.

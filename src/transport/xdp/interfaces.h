@@ -1,5 +1,6 @@
 // What the AF_XDP transport asks the kernel about an interface and its
-// neighbours (setup path; reads /proc and getifaddrs, never the packet path).
+// neighbours (setup path; getifaddrs, sysfs and rtnetlink, never the packet
+// path).
 #pragma once
 
 #include <netinet/in.h>
@@ -25,8 +26,9 @@ struct Interface {
 StatusOr<Interface> FindInterface(const std::string& name, in_addr address);
 
 // The MAC address of `peer`'s next hop out of `interface` (the peer itself
-// on the interface's subnet, else the route's gateway), from the kernel's
-// neighbour table (/proc/net/arp). When the table has none it makes the
+// on the interface's subnet, else the route's gateway: the kernel's own
+// route lookup, RTM_GETROUTE), from the kernel's neighbour table
+// (RTM_GETNEIGH). When the table has none it makes the
 // kernel resolve it (one UDP datagram to the peer's discard port, 9, which
 // the XDP program leaves to the kernel) and waits up to `wait_ms`.
 StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms = 1000);
