@@ -15,6 +15,10 @@ inline constexpr uint16_t kDefaultDataPort = 48801;     // its first data thread
 inline constexpr uint16_t kMinElementsPerPacket = 32;
 inline constexpr uint16_t kMaxElementsPerPacket = 8192;
 
+// The elements per packet taken for a rank whose path MTU is unknown: what
+// fits a 1500-byte MTU (JobRequest::path_elements_per_packet 0).
+inline constexpr uint16_t kUnknownPathElementsPerPacket = 256;
+
 // Ranks of one job: 0xFFFF is the wire's "all ranks".
 inline constexpr uint32_t kMaxWorldSize = 65534;
 

@@ -12,6 +12,7 @@
 #include "common/thread_split.h"
 #include "net/address.h"
 #include "net/packet_auth.h"
+#include "rpc/assignment.h"
 #include "rpc/grpc_status.h"
 #include "switchml/control.grpc.pb.h"
 #include "transport/transport.h"
@@ -153,7 +154,7 @@ Status JoinError(const grpc::Status& s, const std::string& job) {
 struct HostShare {
   std::vector<uint32_t> threads;  // the worker threads (global indexes) it serves
   sockaddr_in data{};             // where its data threads listen
-  std::vector<uint32_t> ports;    // its data threads' ports
+  std::vector<uint16_t> ports;    // its data threads' ports
   std::vector<std::unique_ptr<transport::Endpoint>> groups;  // per thread, or none
   control::v1::Assignment assignment;
 };
@@ -162,25 +163,10 @@ struct HostShare {
 Status TakeAssignment(const ContextConfig& config, const control::v1::Assignment& a,
                       const sockaddr_in& control, const transport::EndpointOptions& options,
                       transport::Transport& transport, HostShare* share) {
-  sockaddr_in data = control;
-  if (!a.data_address().empty()) {
-    auto parsed = net::ParseAddress(a.data_address(), 0);
-    if (!parsed.ok()) {
-      return Status(StatusCode::kInternal, "the switch sent an invalid data address '" +
-                                               a.data_address().substr(0, 64) + "'");
-    }
-    data = parsed.value();
-  }
-  std::vector<uint32_t> ports(a.data_ports().begin(), a.data_ports().end());
-  if (ports.empty()) ports.push_back(a.data_port());
-  for (uint32_t port : ports) {
-    if (port == 0 || port > 65535) {
-      return Status(StatusCode::kInternal,
-                    "the switch sent an invalid data port " + std::to_string(port));
-    }
-  }
-  share->data = data;
-  share->ports = std::move(ports);
+  auto data = AssignedData(a, control);
+  if (!data.ok()) return data.status();
+  share->data = data.value().address;
+  share->ports = std::move(data.value().ports);
   share->assignment = a;
   // With result groups, thread j of this host also receives on group j (host-local).
   if (a.result_groups_size() == 0) return Status::Ok();
@@ -378,7 +364,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
           e, std::move(endpoints[t]), share.groups.empty() ? nullptr : std::move(share.groups[j]),
           auth, std::chrono::microseconds(config.busy_poll_us));
       destinations[t] = share.data;
-      destinations[t].sin_port = htons(uint16_t(share.ports[j % share.ports.size()]));
+      destinations[t].sin_port = htons(share.ports[j % share.ports.size()]);
     }
   }
   std::unique_ptr<Context> context(new Context(std::move(impl)));
@@ -400,7 +386,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   ClientLog().info(
       "rank {} of {} in {}: data to {}{} ({} port{}), transport {} (offload: {}), {} elements per "
       "packet, {} slots, {} thread{}, window {}, results by {}, authentication {}",
-      c.rank, c.world_size, raw->job, net::FormatAddress(first.data),
+      c.rank, c.world_size, raw->job, net::FormatIp(first.data.sin_addr),
       host_count > 1 ? " and " + std::to_string(host_count - 1) + " more host(s)" : "", ports,
       ports == 1 ? "" : "s", transport->name(), context->offload(), c.elements_per_packet, slots,
       c.threads, c.threads == 1 ? "" : "s",

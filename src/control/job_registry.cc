@@ -70,7 +70,8 @@ Status JobRegistry::Join(const JobRequest& r) {
                 " is already registered; each rank must be unique (end the job to re-register)"};
   }
   const uint16_t path_before = j.path_elements;
-  const uint16_t path = r.path_elements_per_packet ? r.path_elements_per_packet : 256;
+  const uint16_t path =
+      r.path_elements_per_packet ? r.path_elements_per_packet : kUnknownPathElementsPerPacket;
   j.path_elements = std::min(j.path_elements, path);
   if (!j.assignment && j.joined_count + 1 == r.world_size) {
     if (Status s = Install(j); !s.ok()) {

@@ -33,7 +33,7 @@ struct JobRequest {
   uint16_t elements_per_packet = 0;  // 0: chosen at install (see below)
   uint16_t pool_slots = 0;           // slots the job wants (its window's upper bound)
   // The largest elements_per_packet this rank's path carries (0: unknown,
-  // taken as 256, which fits a 1500-byte MTU). May differ between ranks.
+  // taken as kUnknownPathElementsPerPacket). May differ between ranks.
   uint16_t path_elements_per_packet = 0;
 };
 

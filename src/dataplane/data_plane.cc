@@ -303,7 +303,8 @@ Verdict DataPlane::WriteUpstream(JobEntry& job, size_t slot, uint8_t version, ui
   h.next_exponent = max_next_exponent_[slot];
   EncodeHeader(h, out);
   upstream_sent_at_[slot] = now_;
-  return Verdict{Action::kSendUpstream, DropReason::kNone, h.rank, 0, bytes, job.reg.id.value()};
+  return Verdict{Action::kSendUpstream, DropReason::kNone, h.rank, 0, bytes,
+                 job.reg.id.value(),    job_slot};
 }
 
 Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
@@ -349,11 +350,9 @@ Verdict DataPlane::NextUpstreamResend(Nanos now, std::span<uint8_t> out) {
     scan_job_ = 0;
     scan_pos_ = 0;
   }
-  Nanos shortest = Nanos::max();
   for (; scan_job_ < upstream_jobs_.size(); ++scan_job_, scan_pos_ = 0) {
     JobEntry& job = jobs_[upstream_jobs_[scan_job_]];
     const Nanos timeout = job.reg.upstream->retransmit_timeout;
-    shortest = std::min(shortest, timeout);
     while (scan_pos_ < 2u * job.reg.pool_slots) {
       const auto version = uint8_t(scan_pos_ / job.reg.pool_slots);
       const auto job_slot = uint16_t(scan_pos_ % job.reg.pool_slots);
@@ -368,8 +367,14 @@ Verdict DataPlane::NextUpstreamResend(Nanos now, std::span<uint8_t> out) {
       return WriteUpstream(job, slot, version, job_slot, out);
     }
   }
+  // The next scan after a quarter of the shortest timeout (awaiting_ > 0:
+  // some job has an upstream).
   scan_job_ = SIZE_MAX;
-  next_scan_ = now_ + std::max(Nanos(1), shortest == Nanos::max() ? Nanos(1) : shortest / 4);
+  Nanos shortest = Nanos::max();
+  for (size_t index : upstream_jobs_) {
+    shortest = std::min(shortest, jobs_[index].reg.upstream->retransmit_timeout);
+  }
+  next_scan_ = now_ + std::max(Nanos(1), shortest / 4);
   return Verdict{};
 }
 

@@ -99,6 +99,7 @@ struct Verdict {
   uint16_t world_size = 0;  // destinations 0..world_size-1 for kSendToAll
   size_t out_bytes = 0;     // bytes written to `out` (0 for kDrop)
   uint32_t job = 0;         // kSendUpstream: the local id of the job it belongs to
+  uint16_t slot = 0;        // kSendUpstream: the job slot (whose worker thread's route it takes)
 };
 
 struct DataPlaneCounters {
@@ -180,6 +181,8 @@ class DataPlane {
   // When NextUpstreamResend() next has work to look at; Nanos::max() while
   // no slot awaits an upstream result.
   Nanos NextUpstreamScan() const { return awaiting_ == 0 ? Nanos::max() : next_scan_; }
+  // Whether any job here has an upstream (only then do the two above matter).
+  bool has_upstream() const { return !upstream_jobs_.empty(); }
 
   // Hot path. Processes one received packet; writes any packet to send into
   // `out`. REQUIRES: out.size() >= PacketBytes(config().max_elements_per_packet).

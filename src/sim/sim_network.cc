@@ -194,10 +194,10 @@ Nanos SimNetwork::Run(Nanos until) {
       }
       // A timer stops when no worker has anything left to wait for (a root
       // that is gone would otherwise keep the racks retrying forever).
-      const bool workers_busy = std::any_of(workers_.begin(), workers_.end(), [](WorkerEngine* w) {
-        return w->NextDeadline() != Nanos::max();
-      });
-      if (!Silent(e.dest) && (!e.timer || workers_busy)) ScheduleSwitchTimer(s);
+      const auto busy = [](WorkerEngine* w) { return w->NextDeadline() != Nanos::max(); };
+      if (!Silent(e.dest) && (!e.timer || std::any_of(workers_.begin(), workers_.end(), busy))) {
+        ScheduleSwitchTimer(s);
+      }
       continue;
     }
     if (e.timer && e.at != timer_at_[size_t(e.dest)]) continue;  // superseded by an earlier timer

@@ -345,11 +345,9 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
       job->departed[req->rank()] = true;
       ++job->departed_count;
     }
-    // A rack switch's share of a job: its own ranks only.
-    uint16_t ranks_here = 0;
-    for (const auto& a : job->addresses) ranks_here += a.empty() ? 0 : 1;
     upstream_token = job->upstream_tokens[req->rank()];
-    if (job->departed_count == ranks_here || !job->assignment) {
+    // A rack switch's share of a job: its own ranks only.
+    if (job->departed_count == job->joined() || !job->assignment) {
       if (upstream_token != 0) job->ended_upstream = true;  // the Leave below ends it there
       EndLocked(job, int(req->rank()), reason);
     } else if (!job->end_at) {
@@ -514,9 +512,7 @@ control::v1::JobStats ControlService::JobStatsLocked(const Job& job,
   control::v1::JobStats j;
   j.set_job_name(job.name);
   j.set_world_size(job.world_size);
-  uint32_t joined = 0;
-  for (const auto& a : job.addresses) joined += a.empty() ? 0 : 1;
-  j.set_joined(joined);
+  j.set_joined(job.joined());
   j.set_active(job.assignment.has_value() && !job.ended);
   if (job.assignment) {
     j.set_job_id(job.assignment->id.value());

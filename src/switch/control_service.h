@@ -8,6 +8,7 @@
 // barrier -> stream; each step is its own function below.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -88,6 +89,11 @@ class ControlService final : public control::v1::Control::Service {
     std::vector<uint64_t> upstream_tokens;
     std::vector<bool> relay_done;
     bool ended_upstream = false;  // the upstream switch ended it
+    // The ranks that joined here (in a tree: this rack switch's share).
+    uint16_t joined() const {
+      return uint16_t(std::count_if(addresses.begin(), addresses.end(),
+                                    [](const auto& a) { return !a.empty(); }));
+    }
   };
   using Lock = std::unique_lock<std::mutex>;
 

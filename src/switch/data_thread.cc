@@ -112,11 +112,14 @@ void DataThread::Run() {
     // While partial sums await an upstream result, wake for their timer.
     const bool awaiting = data_plane_.NextUpstreamScan() != Nanos::max();
     poller_.Wait(fds, 2, std::chrono::milliseconds(awaiting ? 1 : 500));
-    // The stamp of the partial sums this round sends upstream.
-    data_plane_.AdvanceClock(std::chrono::steady_clock::now().time_since_epoch());
     if ((fds[1].revents & POLLIN) || commands_.pending()) {
       for (auto& fn : commands_.Take()) fn();
     }
+    // In a tree only: the time stamps the partial sums this round sends
+    // upstream, and overdue ones go again after it.
+    const bool tree = data_plane_.has_upstream();
+    const Nanos now = tree ? std::chrono::steady_clock::now().time_since_epoch() : Nanos(0);
+    if (tree) data_plane_.AdvanceClock(now);
     // A bounded number of batches, so commands never wait long under load.
     for (int round = 0; round < 64; ++round) {
       const std::span<const transport::Datagram> batch = endpoint_->Receive();
@@ -129,13 +132,12 @@ void DataThread::Run() {
       }
       endpoint_->Flush();
     }
-    ResendUpstream();
+    if (tree) ResendUpstream(now);
   }
 }
 
-void DataThread::ResendUpstream() {
+void DataThread::ResendUpstream(Nanos now) {
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
-  const Nanos now = std::chrono::steady_clock::now().time_since_epoch();
   for (bool more = true; more;) {
     size_t used = 0;
     while (used < kMaxReceived &&

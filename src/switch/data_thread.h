@@ -76,8 +76,8 @@ class DataThread : private ReplySink {
   // Runs `fn` on the data thread (or inline once stopped) and waits for it.
   void Execute(const std::function<void()>& fn);
   void Run();
-  // Sends the upstream contributions whose results are overdue.
-  void ResendUpstream();
+  // Sends the upstream contributions whose results are overdue at `now`.
+  void ResendUpstream(Nanos now);
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
     endpoint_->SendRef(datagram, to);
   }

@@ -149,8 +149,7 @@ bool PacketHandler::ResendUpstream(Nanos now, std::span<uint8_t> out, ReplySink&
   if (v.action != Action::kSendUpstream) return false;
   Book& book = books_[v.job % books_.size()];
   if (!book.active || book.id != v.job || !book.upstream) return false;
-  const uint16_t slot = uint16_t(out[14] << 8 | out[15]);  // the header's slot field
-  Deliver(book, book.thread_of_slot[slot], v, nullptr, out, sink);
+  Deliver(book, book.thread_of_slot[v.slot], v, nullptr, out, sink);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "net/address.h"
+#include "rpc/assignment.h"
 #include "rpc/grpc_status.h"
 #include "switchml/limits.h"
 
@@ -78,7 +79,8 @@ StatusOr<std::unique_ptr<UpstreamCall>> UpstreamClient::Join(const grpc::ServerC
     request.add_data_addresses(net::FormatAddress(data));
   }
   // Packets cross both links: the worker's path and this switch's limit.
-  const uint32_t path = worker.path_elements_per_packet() ? worker.path_elements_per_packet() : 256;
+  const uint32_t path = worker.path_elements_per_packet() ? worker.path_elements_per_packet()
+                                                          : kUnknownPathElementsPerPacket;
   request.set_path_elements_per_packet(std::min(path, max_elements_per_packet));
   request.set_accept_result_multicast(false);
   request.set_via_switch(via());
@@ -119,26 +121,11 @@ Status UpstreamClient::Leave(const std::string& job_name, uint32_t rank, uint64_
 
 StatusOr<std::vector<sockaddr_in>> UpstreamClient::DataAddresses(const control::v1::Assignment& a,
                                                                  uint16_t threads) const {
-  sockaddr_in data = control_;
-  if (!a.data_address().empty()) {
-    auto parsed = net::ParseAddress(a.data_address(), 0, net::HostNames::kRefuse);
-    if (!parsed.ok()) {
-      return Status(StatusCode::kInternal, name_ + " sent an invalid data address '" +
-                                               a.data_address().substr(0, 64) + "'");
-    }
-    data = parsed.value();
-  }
-  std::vector<uint32_t> ports(a.data_ports().begin(), a.data_ports().end());
-  if (ports.empty()) ports.push_back(a.data_port());
-  std::vector<sockaddr_in> out;
+  auto data = AssignedData(a, control_);
+  if (!data.ok()) return Status(data.status().code(), name_ + ": " + data.status().message());
+  std::vector<sockaddr_in> out(threads, data.value().address);
   for (uint16_t t = 0; t < threads; ++t) {
-    const uint32_t port = ports[t % ports.size()];
-    if (port == 0 || port > 65535) {
-      return Status(StatusCode::kInternal,
-                    name_ + " sent an invalid data port " + std::to_string(port));
-    }
-    data.sin_port = htons(uint16_t(port));
-    out.push_back(data);
+    out[t].sin_port = htons(data.value().ports[t % data.value().ports.size()]);
   }
   return out;
 }
