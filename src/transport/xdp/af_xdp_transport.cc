@@ -3,11 +3,11 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/if_link.h>
 #include <linux/if_xdp.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <xdp/libxdp.h>
 #include <xdp/xsk.h>
 
 #include <algorithm>
@@ -52,54 +52,59 @@ const char* kNeedsRights =
 
 }  // namespace
 
-// The XDP program on one interface, shared by its endpoints; detached when
-// the last one closes.
+// The XDP program on one interface, shared by this process's endpoints. It
+// is attached by a BPF link that only this process holds: the kernel
+// detaches the program when the link's last descriptor closes, so when the
+// last endpoint closes and also when the process dies in any way (kill -9, a
+// crash). The kernel lets one XDP program hold an interface, so a second
+// process on it is refused, in one line that names what holds it.
 class AfXdpTransport::Attachment {
  public:
   static StatusOr<std::shared_ptr<Attachment>> Attach(const Interface& interface) {
     bpf_object* object =
         bpf_object__open_mem(kSwitchmlRedirectBpfObject, kSwitchmlRedirectBpfObjectSize, nullptr);
     if (object == nullptr) return Failed("opening the XDP program", errno, kNeedsRights);
-    DECLARE_LIBXDP_OPTS(xdp_program_opts, opts, .obj = object, .prog_name = "switchml_redirect");
-    xdp_program* program = xdp_program__create(&opts);
-    if (libxdp_get_error(program) != 0) {
-      const int error = int(libxdp_get_error(program));
-      bpf_object__close(object);
+    auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, object));
+    if (int error = bpf_object__load(object); error != 0) {
       return Failed("loading the XDP program", error, kNeedsRights);
+    }
+    bpf_program* program = bpf_object__find_program_by_name(object, "switchml_redirect");
+    attachment->xsks_fd_ = bpf_object__find_map_fd_by_name(object, "switchml_xsks");
+    attachment->ports_fd_ = bpf_object__find_map_fd_by_name(object, "switchml_ports");
+    if (program == nullptr || attachment->xsks_fd_ < 0 || attachment->ports_fd_ < 0) {
+      return Status(StatusCode::kInternal, "af_xdp: the XDP program has no switchml maps");
     }
     // The driver's own (native) XDP where it has it (veth does), else
     // generic (SKB) mode, which every driver has.
-    enum xdp_attach_mode mode = XDP_MODE_NATIVE;
-    int error = xdp_program__attach(program, interface.index, mode, 0);
-    if (error != 0) {
-      mode = XDP_MODE_SKB;
-      error = xdp_program__attach(program, interface.index, mode, 0);
+    for (const uint32_t mode : {uint32_t(XDP_FLAGS_DRV_MODE), uint32_t(XDP_FLAGS_SKB_MODE)}) {
+      LIBBPF_OPTS(bpf_link_create_opts, options, .flags = mode);
+      attachment->link_fd_ =
+          bpf_link_create(bpf_program__fd(program), interface.index, BPF_XDP, &options);
+      if (attachment->link_fd_ >= 0) {
+        attachment->native_ = mode == XDP_FLAGS_DRV_MODE;
+        return attachment;
+      }
     }
-    if (error != 0) {
-      xdp_program__close(program);
-      return Failed("attaching the XDP program to " + interface.name, error,
-                    std::string(kNeedsRights) +
-                        "; if another XDP program holds the interface (without bpffs at "
-                        "/sys/fs/bpf libxdp cannot share it; a crashed switchml leaves its own): "
-                        "`ip link set dev " +
-                        interface.name + " xdp off`");
+    const int error = errno;
+    if (const std::string holder = AttachedProgram(interface.index); !holder.empty()) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "af_xdp: interface " + interface.name + " already runs the XDP program " +
+                        holder +
+                        (holder.find("switchml") != std::string::npos
+                             ? " of another switchml process (one process per interface: stop "
+                               "it, use another interface, or --transport udp)"
+                             : " (`ip link set dev " + interface.name +
+                                   " xdp off` removes it, or use --transport udp)"));
     }
-    auto attachment = std::shared_ptr<Attachment>(new Attachment(interface, program, mode));
-    bpf_object* loaded = xdp_program__bpf_obj(program);
-    attachment->xsks_fd_ = bpf_object__find_map_fd_by_name(loaded, "switchml_xsks");
-    attachment->ports_fd_ = bpf_object__find_map_fd_by_name(loaded, "switchml_ports");
-    if (attachment->xsks_fd_ < 0 || attachment->ports_fd_ < 0) {
-      return Status(StatusCode::kInternal, "af_xdp: the XDP program has no switchml maps");
-    }
-    return attachment;
+    return Failed("attaching the XDP program to " + interface.name, error, kNeedsRights);
   }
   ~Attachment() {
-    xdp_program__detach(program_, interface_.index, mode_, 0);
-    xdp_program__close(program_);
+    if (link_fd_ >= 0) close(link_fd_);  // detaches the program
+    bpf_object__close(object_);
   }
 
   const Interface& interface() const { return interface_; }
-  bool native() const { return mode_ == XDP_MODE_NATIVE; }
+  bool native() const { return native_; }
   int xsks_fd() const { return xsks_fd_; }
 
   // Redirects UDP to `port` on `address` (0: any) to the queue's socket.
@@ -122,11 +127,34 @@ class AfXdpTransport::Attachment {
   }
 
  private:
-  Attachment(const Interface& interface, xdp_program* program, enum xdp_attach_mode mode)
-      : interface_(interface), program_(program), mode_(mode) {}
+  Attachment(const Interface& interface, bpf_object* object)
+      : interface_(interface), object_(object) {}
+
+  // The XDP program attached to interface `index` in any mode, as "'name'
+  // (id N)"; empty when none is.
+  static std::string AttachedProgram(int index) {
+    LIBBPF_OPTS(bpf_xdp_query_opts, query);
+    if (bpf_xdp_query(index, 0, &query) != 0) return "";
+    uint32_t id = 0;
+    for (const uint32_t candidate :
+         {query.prog_id, query.drv_prog_id, query.skb_prog_id, query.hw_prog_id}) {
+      if (id == 0) id = candidate;
+    }
+    if (id == 0) return "";
+    std::string name = "?";
+    if (const int fd = bpf_prog_get_fd_by_id(id); fd >= 0) {
+      bpf_prog_info info{};
+      uint32_t length = sizeof(info);
+      if (bpf_obj_get_info_by_fd(fd, &info, &length) == 0) name = info.name;
+      close(fd);
+    }
+    return "'" + name + "' (id " + std::to_string(id) + ")";
+  }
+
   Interface interface_;
-  xdp_program* program_;
-  enum xdp_attach_mode mode_;
+  bpf_object* object_;
+  int link_fd_ = -1;
+  bool native_ = false;
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
   std::mutex mu_;

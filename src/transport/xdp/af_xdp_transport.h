@@ -1,6 +1,6 @@
 // The AF_XDP transport: switchml's data datagrams bypass the kernel's UDP
-// stack. An XDP program (redirect.bpf.c, attached through libxdp's
-// dispatcher, so processes share an interface) hands the frames for this
+// stack. An XDP program (redirect.bpf.c, attached by a BPF link this process
+// holds, so the kernel removes it however the process exits) hands the frames for this
 // endpoint's UDP port to an AF_XDP socket; the endpoint parses and builds the
 // Ethernet/IPv4/UDP headers itself (frames.h). Everything else on the
 // interface (ARP, ICMP, the gRPC control connection) stays with the kernel,

@@ -2,8 +2,8 @@
 // (UDP to a port in `ports`, on the address stored with it, 0 for any) to the
 // AF_XDP socket of the receive queue it arrived on, and passes everything
 // else (ARP, ICMP, the gRPC control connection, other UDP) to the kernel.
-// A queue without a socket (its process exited) passes too. Loaded through
-// libxdp's dispatcher, so several processes' programs share an interface.
+// A queue without a socket passes too. Attached by a BPF link the process
+// holds, so the kernel removes it when the process exits, however it exits.
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
