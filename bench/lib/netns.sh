@@ -22,12 +22,14 @@ netns_init() {
   ip netns exec "$NETNS_BRIDGE" ip link set br0 up
 }
 
-# netns_host NAME ADDRESS [MTU]: namespace $NETNS_TAG-NAME with eth0 at
-# ADDRESS/24 on the bridge. The bridge side of its link is $NETNS_TAG-NAMEb.
+# netns_host NAME ADDRESS [MTU] [QUEUES]: namespace $NETNS_TAG-NAME with eth0
+# at ADDRESS/24 on the bridge, with QUEUES (default 1) transmit and receive
+# queues on both ends of its link. The bridge side of it is $NETNS_TAG-NAMEb.
 netns_host() {
-  local name=$1 addr=$2 mtu=${3:-9000} ns=$NETNS_TAG-$1
+  local name=$1 addr=$2 mtu=${3:-9000} queues=${4:-1} ns=$NETNS_TAG-$1
   ip netns add "$ns"
-  ip link add "$NETNS_TAG-$name" type veth peer name "$NETNS_TAG-${name}b"
+  ip link add "$NETNS_TAG-$name" numtxqueues "$queues" numrxqueues "$queues" type veth \
+    peer name "$NETNS_TAG-${name}b" numtxqueues "$queues" numrxqueues "$queues"
   ip link set "$NETNS_TAG-$name" netns "$ns"
   ip link set "$NETNS_TAG-${name}b" netns "$NETNS_BRIDGE"
   ip netns exec "$NETNS_BRIDGE" ip link set "$NETNS_TAG-${name}b" master br0 mtu "$mtu" up
@@ -35,6 +37,17 @@ netns_host() {
   ip netns exec "$ns" ip link set "$NETNS_TAG-$name" name eth0
   ip netns exec "$ns" ip link set eth0 mtu "$mtu" up
   ip netns exec "$ns" ip addr add "$addr/24" dev eth0
+}
+
+# netns_steer NAME QUEUE: frames to host NAME (made with QUEUES > QUEUE) leave
+# the bridge by transmit queue QUEUE of its link, from every CPU (XPS), so they
+# arrive on receive queue QUEUE of its eth0 (QUEUE - 1 where its XDP program
+# runs in generic mode, which counts from the recorded queue).
+netns_steer() {
+  local name=$1 queue=$2 cpus
+  cpus=$(python3 -c 'import os; h = format((1 << os.cpu_count()) - 1, "x")
+print(",".join(h[max(0, i - 8):i] for i in reversed(range(len(h), 0, -8))))')
+  ip netns exec "$NETNS_BRIDGE" sh -c "echo $cpus > /sys/class/net/$NETNS_TAG-${name}b/queues/tx-$queue/xps_cpus"
 }
 
 # netns_shape NAME RATE: limits host NAME's link to RATE (tc syntax, e.g.

@@ -5,14 +5,15 @@
 #include <bpf/libbpf.h>
 #include <linux/if_link.h>
 #include <linux/if_xdp.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <xdp/xsk.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "transport/udp/udp_transport.h"
 #include "transport/xdp/frames.h"
 #include "transport/xdp/interfaces.h"
+#include "transport/xdp/mac_table.h"
 #include "wire/wire_format.h"
 
 // redirect.bpf.c, compiled by the build and embedded (redirect_bpf_object.cc).
@@ -32,10 +34,8 @@ namespace switchml::transport::xdp {
 namespace {
 
 constexpr uint32_t kFrameBytes = XSK_UMEM__DEFAULT_FRAME_SIZE;  // 4096
-constexpr uint32_t kRingSize = 2048;
-// Half the frames receive (all of them in the fill ring at first), half send.
-constexpr uint32_t kFrames = 2 * kRingSize;
-constexpr uint32_t kLearnedMacs = 1024;  // a power of two
+constexpr uint32_t kRingSize = 2048;                            // and send frames
+constexpr uint32_t kMaxQueues = 256;  // the socket map's size in redirect.bpf.c
 // The configuration's limit is the largest packet size that fits a frame.
 static_assert(MaxPacketBytes(kMaxAfXdpElementsPerPacket) <= kMaxDatagramBytes &&
               MaxPacketBytes(2 * kMaxAfXdpElementsPerPacket) > kMaxDatagramBytes);
@@ -116,14 +116,14 @@ class AfXdpTransport::Attachment {
   }
   void RemovePort(uint16_t port_be) { bpf_map_delete_elem(ports_fd_, &port_be); }
 
-  // Queue 0, for one endpoint at a time.
-  bool TakeQueue() {
+  // The interface's queues, for one endpoint at a time.
+  bool TakeInterface() {
     std::lock_guard lock(mu_);
-    return !std::exchange(queue_taken_, true);
+    return !std::exchange(taken_, true);
   }
-  void ReleaseQueue() {
+  void ReleaseInterface() {
     std::lock_guard lock(mu_);
-    queue_taken_ = false;
+    taken_ = false;
   }
 
  private:
@@ -158,10 +158,38 @@ class AfXdpTransport::Attachment {
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
   std::mutex mu_;
-  bool queue_taken_ = false;  // guarded by mu_
+  bool taken_ = false;  // guarded by mu_
 };
 
 namespace {
+
+// One receive queue's AF_XDP socket and the frame memory it receives into.
+// Queue 0's socket also sends, from frames of its own memory.
+struct QueueSocket {
+  uint32_t id = 0;
+  void* area = nullptr;
+  size_t area_bytes = 0;
+  xsk_umem* umem = nullptr;
+  xsk_socket* xsk = nullptr;
+  xsk_ring_prod fill{};
+  xsk_ring_cons completion{};
+  xsk_ring_cons rx{};
+  std::vector<uint64_t> held;  // received frames the caller still reads
+
+  ~QueueSocket() {
+    if (xsk != nullptr) xsk_socket__delete(xsk);
+    if (umem != nullptr) xsk_umem__delete(umem);
+    if (area != nullptr) munmap(area, area_bytes);
+  }
+};
+
+// Receive frames per queue: 2048 on one queue, fewer (down to 64) on each of
+// many, so that memory stays bounded; all are in the fill ring at first.
+uint32_t ReceiveFramesPerQueue(int queues) {
+  uint32_t frames = kRingSize;
+  while (frames > 64 && size_t(frames) * size_t(queues) > kRingSize) frames /= 2;
+  return frames;
+}
 
 class AfXdpEndpoint final : public Endpoint {
  public:
@@ -171,72 +199,41 @@ class AfXdpEndpoint final : public Endpoint {
 
   ~AfXdpEndpoint() override {
     if (port_added_) attachment_->RemovePort(local_.sin_port);
-    if (xsk_ != nullptr) xsk_socket__delete(xsk_);
-    if (umem_ != nullptr) xsk_umem__delete(umem_);
-    if (area_ != nullptr) munmap(area_, size_t(kFrames) * kFrameBytes);
-    if (queue_taken_) attachment_->ReleaseQueue();
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    queues_.clear();
+    if (interface_taken_) attachment_->ReleaseInterface();
   }
 
   Status Setup(const EndpointOptions& options) {
-    if (!attachment_->TakeQueue()) {
+    if (!attachment_->TakeInterface()) {
       return InvalidArgument("af_xdp: interface " + attachment_->interface().name +
                              " already has an endpoint of this process; this version serves "
                              "one per interface (threads = 1, --data-threads 1)");
     }
-    queue_taken_ = true;
-    area_ = mmap(nullptr, size_t(kFrames) * kFrameBytes, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (area_ == MAP_FAILED) {
-      area_ = nullptr;
-      return Failed("allocating frame memory", errno, "free some memory");
+    interface_taken_ = true;
+    const int queues = attachment_->interface().rx_queues;
+    const uint32_t frames = ReceiveFramesPerQueue(queues);
+    queues_.reserve(size_t(queues));
+    for (int q = 0; q < queues; ++q) {
+      if (Status s = OpenQueue(uint32_t(q), frames); !s.ok()) return s;
     }
-    xsk_umem_config umem{};
-    umem.fill_size = kRingSize;
-    umem.comp_size = kRingSize;
-    umem.frame_size = kFrameBytes;
-    umem.frame_headroom = 0;
-    if (int error = xsk_umem__create(&umem_, area_, size_t(kFrames) * kFrameBytes, &fill_,
-                                     &completion_, &umem);
-        error != 0) {
-      umem_ = nullptr;
-      return Failed("creating the socket's frame memory", error, kNeedsRights);
+    if (queues > 1) {
+      // One descriptor for the threads' poll: readable when any queue is.
+      epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+      if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
+      for (const auto& q : queues_) {
+        epoll_event e{};
+        e.events = EPOLLIN;
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, xsk_socket__fd(q->xsk), &e) != 0) {
+          return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
+        }
+      }
     }
-    const Interface& i = attachment_->interface();
-    xsk_socket_config config{};
-    config.rx_size = kRingSize;
-    config.tx_size = kRingSize;
-    config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
-    config.bind_flags = XDP_USE_NEED_WAKEUP;
-    int error = xsk_socket__create(&xsk_, i.name.c_str(), 0, umem_, &rx_, &tx_, &config);
-    if (error == 0) {
-      zero_copy_ = true;  // the driver took the default (zero-copy where it can)
-    } else {
-      config.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
-      error = xsk_socket__create(&xsk_, i.name.c_str(), 0, umem_, &rx_, &tx_, &config);
-    }
-    if (error != 0) {
-      xsk_ = nullptr;
-      return Failed("creating the AF_XDP socket on " + i.name + " queue 0", error, kNeedsRights);
-    }
-    xdp_options modes{};
-    socklen_t length = sizeof(modes);
-    if (getsockopt(xsk_socket__fd(xsk_), SOL_XDP, XDP_OPTIONS, &modes, &length) == 0) {
-      zero_copy_ = (modes.flags & XDP_OPTIONS_ZEROCOPY) != 0;
-    }
-    if (int e = xsk_socket__update_xskmap(xsk_, attachment_->xsks_fd()); e != 0) {
-      return Failed("registering the AF_XDP socket", e, kNeedsRights);
-    }
-    // Receive frames into the fill ring; send frames onto the free list.
-    uint32_t at = 0;
-    if (xsk_ring_prod__reserve(&fill_, kRingSize, &at) != kRingSize) {
-      return Status(StatusCode::kInternal, "af_xdp: the fill ring is short");
-    }
-    for (uint32_t f = 0; f < kRingSize; ++f)
-      *xsk_ring_prod__fill_addr(&fill_, at + f) = uint64_t(f) * kFrameBytes;
-    xsk_ring_prod__submit(&fill_, kRingSize);
+    // Send frames: queue 0's memory after its receive frames.
     free_tx_.reserve(kRingSize);
-    for (uint32_t f = kRingSize; f < kFrames; ++f) free_tx_.push_back(uint64_t(f) * kFrameBytes);
-    held_.reserve(kRingSize);
+    for (uint32_t f = frames; f < frames + kRingSize; ++f) {
+      free_tx_.push_back(uint64_t(f) * kFrameBytes);
+    }
     scratch_.resize(kMaxDatagramBytes);  // where Claim() writes when no frame is free
     Reconfigure(options);
     if (Status s = attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr); !s.ok()) return s;
@@ -247,10 +244,8 @@ class AfXdpEndpoint final : public Endpoint {
   Address local_address() const override { return local_; }
 
   Status Connect(const Address& peer) override {
-    auto mac = NextHopMac(attachment_->interface(), peer.sin_addr);
-    if (!mac.ok()) return mac.status();
+    if (Status s = AddPeer(peer); !s.ok()) return s;
     peer_ = peer;
-    peer_mac_ = mac.value();
     connected_ = true;
     return Status::Ok();
   }
@@ -258,18 +253,11 @@ class AfXdpEndpoint final : public Endpoint {
   Status AddPeer(const Address& peer) override {
     auto mac = NextHopMac(attachment_->interface(), peer.sin_addr);
     if (!mac.ok()) return mac.status();
-    for (LearnedMac& e : pinned_) {
-      if (e.address == peer.sin_addr.s_addr) {
-        e.mac = mac.value();
-        return Status::Ok();
-      }
-    }
-    if (pinned_.size() >= kMaxPinnedPeers) {
+    if (!macs_.Pin(peer.sin_addr.s_addr, mac.value())) {
       return Status(StatusCode::kResourceExhausted, "af_xdp: an endpoint sends to at most " +
-                                                        std::to_string(kMaxPinnedPeers) +
+                                                        std::to_string(MacTable::kMaxPinned) +
                                                         " announced peers");
     }
-    pinned_.push_back({peer.sin_addr.s_addr, mac.value()});
     return Status::Ok();
   }
 
@@ -277,7 +265,9 @@ class AfXdpEndpoint final : public Endpoint {
     return Status(StatusCode::kFailedPrecondition,
                   "af_xdp sends no multicast (results go by unicast)");
   }
-  int poll_fd() const override { return xsk_socket__fd(xsk_); }
+  int poll_fd() const override {
+    return epoll_fd_ >= 0 ? epoll_fd_ : xsk_socket__fd(queues_[0]->xsk);
+  }
 
   void Reconfigure(const EndpointOptions& options) override {
     options_ = options;
@@ -289,7 +279,8 @@ class AfXdpEndpoint final : public Endpoint {
 
   std::string offload() const override {
     return std::string(zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy") +
-           (attachment_->native() ? ", native XDP" : ", generic XDP");
+           (attachment_->native() ? ", native XDP" : ", generic XDP") +
+           (queues_.size() > 1 ? ", " + std::to_string(queues_.size()) + " queues" : "");
   }
 
   std::span<uint8_t> Claim() override {
@@ -328,6 +319,7 @@ class AfXdpEndpoint final : public Endpoint {
   }
 
   void Flush() override {
+    QueueSocket& q = *queues_[0];
     if (queued_ != 0) {
       xsk_ring_prod__submit(&tx_, queued_);
       in_flight_ += queued_;
@@ -338,7 +330,7 @@ class AfXdpEndpoint final : public Endpoint {
     // until the ring is empty or the kernel stops taking them.
     for (int kick = 0; in_flight_ != 0 && kick < 64; ++kick) {
       if (xsk_ring_prod__needs_wakeup(&tx_) || !zero_copy_) {
-        if (sendto(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 &&
+        if (sendto(xsk_socket__fd(q.xsk), nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 &&
             errno != EAGAIN && errno != EBUSY && errno != ENOBUFS && errno != ENETDOWN) {
           break;
         }
@@ -346,30 +338,36 @@ class AfXdpEndpoint final : public Endpoint {
       const uint32_t done = Reclaim();
       if (done == 0 && zero_copy_) break;
     }
+    if (!macs_.misses().empty()) ResolveMisses();
   }
 
   std::span<const Datagram> Receive() override {
     ReturnHeld();
-    uint32_t at = 0;
-    const uint32_t n = xsk_ring_cons__peek(&rx_, uint32_t(options_.receive_batch), &at);
     size_t count = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      const xdp_desc* d = xsk_ring_cons__rx_desc(&rx_, at + i);
-      held_.push_back(xsk_umem__extract_addr(d->addr));
-      const uint8_t* bytes = static_cast<const uint8_t*>(
-          xsk_umem__get_data(area_, xsk_umem__add_offset_to_addr(d->addr)));
-      const auto frame = ParseFrame({bytes, d->len});
-      if (!frame || frame->addresses.dest.sin_port != local_.sin_port ||
-          (connected_ && !net::SameAddress(frame->addresses.source, peer_))) {
-        ++invalid_frames_;
-        continue;
+    const size_t n_queues = queues_.size();
+    for (size_t k = 0; k < n_queues && count < options_.receive_batch; ++k) {
+      QueueSocket& q = *queues_[(next_queue_ + k) % n_queues];
+      uint32_t at = 0;
+      const uint32_t n = xsk_ring_cons__peek(&q.rx, uint32_t(options_.receive_batch - count), &at);
+      for (uint32_t i = 0; i < n; ++i) {
+        const xdp_desc* d = xsk_ring_cons__rx_desc(&q.rx, at + i);
+        q.held.push_back(xsk_umem__extract_addr(d->addr));
+        const uint8_t* bytes = static_cast<const uint8_t*>(
+            xsk_umem__get_data(q.area, xsk_umem__add_offset_to_addr(d->addr)));
+        const auto frame = ParseFrame({bytes, d->len});
+        if (!frame || frame->addresses.dest.sin_port != local_.sin_port ||
+            (connected_ && !net::SameAddress(frame->addresses.source, peer_))) {
+          ++invalid_frames_;
+          continue;
+        }
+        macs_.Learn(frame->addresses.source.sin_addr.s_addr, frame->addresses.source_mac);
+        sources_[count] = frame->addresses.source;
+        datagrams_[count] = Datagram{frame->payload, &sources_[count]};
+        ++count;
       }
-      Learn(frame->addresses.source.sin_addr.s_addr, frame->addresses.source_mac);
-      sources_[count] = frame->addresses.source;
-      datagrams_[count] = Datagram{frame->payload, &sources_[count]};
-      ++count;
+      if (n != 0) xsk_ring_cons__release(&q.rx, n);
     }
-    if (n != 0) xsk_ring_cons__release(&rx_, n);
+    if (n_queues > 1) next_queue_ = (next_queue_ + 1) % n_queues;
     counters_.received += count;
     return {datagrams_.data(), count};
   }
@@ -378,21 +376,78 @@ class AfXdpEndpoint final : public Endpoint {
 
  private:
   static constexpr uint64_t kNone = ~uint64_t{0};
-  struct LearnedMac {
-    uint32_t address = 0;  // 0: empty
-    Mac mac{};
-  };
+
+  Status OpenQueue(uint32_t id, uint32_t frames) {
+    auto q = std::make_unique<QueueSocket>();
+    q->id = id;
+    const bool sends = id == 0;
+    q->area_bytes = size_t(frames + (sends ? kRingSize : 0)) * kFrameBytes;
+    q->area =
+        mmap(nullptr, q->area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q->area == MAP_FAILED) {
+      q->area = nullptr;
+      return Failed("allocating frame memory", errno, "free some memory");
+    }
+    xsk_umem_config umem{};
+    umem.fill_size = frames;
+    umem.comp_size = sends ? kRingSize : 64;
+    umem.frame_size = kFrameBytes;
+    umem.frame_headroom = 0;
+    if (int error =
+            xsk_umem__create(&q->umem, q->area, q->area_bytes, &q->fill, &q->completion, &umem);
+        error != 0) {
+      q->umem = nullptr;
+      return Failed("creating the socket's frame memory", error, kNeedsRights);
+    }
+    const Interface& i = attachment_->interface();
+    xsk_socket_config config{};
+    config.rx_size = frames;
+    config.tx_size = sends ? kRingSize : 0;
+    config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
+    config.bind_flags = XDP_USE_NEED_WAKEUP;
+    xsk_ring_prod* tx = sends ? &tx_ : nullptr;
+    int error = xsk_socket__create(&q->xsk, i.name.c_str(), id, q->umem, &q->rx, tx, &config);
+    if (error != 0) {
+      config.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+      error = xsk_socket__create(&q->xsk, i.name.c_str(), id, q->umem, &q->rx, tx, &config);
+    }
+    if (error != 0) {
+      q->xsk = nullptr;
+      return Failed("creating the AF_XDP socket on " + i.name + " queue " + std::to_string(id),
+                    error, kNeedsRights);
+    }
+    if (sends) {
+      xdp_options modes{};
+      socklen_t length = sizeof(modes);
+      zero_copy_ = getsockopt(xsk_socket__fd(q->xsk), SOL_XDP, XDP_OPTIONS, &modes, &length) == 0 &&
+                   (modes.flags & XDP_OPTIONS_ZEROCOPY) != 0;
+    }
+    if (int e = xsk_socket__update_xskmap(q->xsk, attachment_->xsks_fd()); e != 0) {
+      return Failed("registering the AF_XDP socket of queue " + std::to_string(id), e,
+                    kNeedsRights);
+    }
+    uint32_t at = 0;
+    if (xsk_ring_prod__reserve(&q->fill, frames, &at) != frames) {
+      return Status(StatusCode::kInternal, "af_xdp: the fill ring is short");
+    }
+    for (uint32_t f = 0; f < frames; ++f) {
+      *xsk_ring_prod__fill_addr(&q->fill, at + f) = uint64_t(f) * kFrameBytes;
+    }
+    xsk_ring_prod__submit(&q->fill, frames);
+    q->held.reserve(frames);
+    queues_.push_back(std::move(q));
+    return Status::Ok();
+  }
 
   uint8_t* Frame(uint64_t address) {
-    return static_cast<uint8_t*>(xsk_umem__get_data(area_, address));
+    return static_cast<uint8_t*>(xsk_umem__get_data(queues_[0]->area, address));
   }
 
   void Queue(uint64_t frame, size_t bytes, const Address& dest) {
-    const Mac* mac = connected_ && dest.sin_addr.s_addr == peer_.sin_addr.s_addr
-                         ? &peer_mac_
-                         : Learned(dest.sin_addr.s_addr);
+    const Mac* mac = macs_.Find(dest.sin_addr.s_addr);
     uint32_t at = 0;
     if (mac == nullptr || bytes > kMaxDatagramBytes) {
+      if (mac == nullptr) macs_.Miss(dest.sin_addr.s_addr);
       free_tx_.push_back(frame);
       ++counters_.send_dropped;
       return;
@@ -419,65 +474,66 @@ class AfXdpEndpoint final : public Endpoint {
 
   // Completed sends: their frames are free again.
   uint32_t Reclaim() {
+    xsk_ring_cons& completion = queues_[0]->completion;
     uint32_t at = 0;
-    const uint32_t n = xsk_ring_cons__peek(&completion_, kRingSize, &at);
+    const uint32_t n = xsk_ring_cons__peek(&completion, kRingSize, &at);
     for (uint32_t i = 0; i < n; ++i)
-      free_tx_.push_back(*xsk_ring_cons__comp_addr(&completion_, at + i));
-    if (n != 0) xsk_ring_cons__release(&completion_, n);
+      free_tx_.push_back(*xsk_ring_cons__comp_addr(&completion, at + i));
+    if (n != 0) xsk_ring_cons__release(&completion, n);
     in_flight_ -= std::min(in_flight_, n);
     return n;
   }
 
-  // The previous batch's frames go back to the kernel for receiving.
+  // The previous batch's frames go back to their queues for receiving.
   void ReturnHeld() {
-    if (held_.empty()) return;
-    uint32_t at = 0;
-    if (xsk_ring_prod__reserve(&fill_, uint32_t(held_.size()), &at) != held_.size()) return;
-    for (size_t i = 0; i < held_.size(); ++i)
-      *xsk_ring_prod__fill_addr(&fill_, at + uint32_t(i)) = held_[i];
-    xsk_ring_prod__submit(&fill_, uint32_t(held_.size()));
-    held_.clear();
-    // Copy mode fills frames from the kernel's receive path; only a
-    // zero-copy driver waits to be told about new ones.
-    if (zero_copy_ && xsk_ring_prod__needs_wakeup(&fill_)) {
-      recvfrom(xsk_socket__fd(xsk_), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+    for (const auto& queue : queues_) {
+      QueueSocket& q = *queue;
+      if (q.held.empty()) continue;
+      uint32_t at = 0;
+      const uint32_t n = uint32_t(q.held.size());
+      if (xsk_ring_prod__reserve(&q.fill, n, &at) != n) continue;
+      for (uint32_t i = 0; i < n; ++i) *xsk_ring_prod__fill_addr(&q.fill, at + i) = q.held[i];
+      xsk_ring_prod__submit(&q.fill, n);
+      q.held.clear();
+      // Copy mode fills frames from the kernel's receive path; only a
+      // zero-copy driver waits to be told about new ones.
+      if (zero_copy_ && xsk_ring_prod__needs_wakeup(&q.fill)) {
+        recvfrom(xsk_socket__fd(q.xsk), nullptr, 0, MSG_DONTWAIT, nullptr, nullptr);
+      }
     }
   }
 
-  // Peers' MACs from their frames: replies go back the way requests came.
-  void Learn(uint32_t address, const Mac& mac) {
-    LearnedMac& e = learned_[Slot(address)];
-    e.address = address;
-    e.mac = mac;
-  }
-  // A learned MAC, else an announced peer's (AddPeer): learning may evict a
-  // peer that never sends first.
-  const Mac* Learned(uint32_t address) const {
-    const LearnedMac& e = learned_[Slot(address)];
-    if (e.address == address && address != 0) return &e.mac;
-    for (const LearnedMac& p : pinned_) {
-      if (p.address == address) return &p.mac;
+  // Addresses sent to without a MAC (never heard from, or evicted from the
+  // learned table): looked up in the kernel's neighbour table, at most every
+  // kResolveInterval (a netlink round trip; an absent entry is probed and
+  // found on a later round); the sends were dropped, and the protocol's
+  // retransmissions recover them.
+  void ResolveMisses() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_resolve_) return;
+    next_resolve_ = now + kResolveInterval;
+    for (const uint32_t address : macs_.misses()) {
+      in_addr peer{};
+      peer.s_addr = address;
+      auto mac = NextHopMac(attachment_->interface(), peer, /*wait_ms=*/0);
+      if (mac.ok()) macs_.Resolved(address, mac.value());
     }
-    return nullptr;
+    macs_.ClearMisses();
   }
-  static uint32_t Slot(uint32_t address) {
-    return (address * 2654435761u) >> 22 & (kLearnedMacs - 1);
-  }
+  static constexpr std::chrono::milliseconds kResolveInterval{20};
 
   std::shared_ptr<AfXdpTransport::Attachment> attachment_;
-  bool queue_taken_ = false;
+  bool interface_taken_ = false;
   udp::UdpSocket port_holder_;  // keeps the port from other sockets
   Address local_;
   EndpointOptions options_;
-  void* area_ = nullptr;
-  xsk_umem* umem_ = nullptr;
-  xsk_socket* xsk_ = nullptr;
-  xsk_ring_prod fill_{}, tx_{};
-  xsk_ring_cons completion_{}, rx_{};
+  std::vector<std::unique_ptr<QueueSocket>> queues_;  // [q]: receive queue q
+  int epoll_fd_ = -1;                                 // all queues' sockets, when several
+  size_t next_queue_ = 0;                             // where Receive() starts
+  xsk_ring_prod tx_{};                                // queue 0's socket's
   bool zero_copy_ = false;
   bool port_added_ = false;
   std::vector<uint64_t> free_tx_;
-  std::vector<uint64_t> held_;
   std::vector<Datagram> datagrams_;
   std::vector<Address> sources_;
   std::vector<uint8_t> scratch_;
@@ -487,10 +543,8 @@ class AfXdpEndpoint final : public Endpoint {
   uint16_t ip_id_ = 0;
   bool connected_ = false;
   Address peer_{};
-  Mac peer_mac_{};
-  std::array<LearnedMac, kLearnedMacs> learned_{};
-  static constexpr size_t kMaxPinnedPeers = 64;
-  std::vector<LearnedMac> pinned_;  // AddPeer's, resolved at setup
+  MacTable macs_;
+  std::chrono::steady_clock::time_point next_resolve_{};
   uint64_t invalid_frames_ = 0;
   EndpointCounters counters_;
 };
@@ -510,11 +564,12 @@ StatusOr<std::unique_ptr<Endpoint>> AfXdpTransport::Open(const Address& requeste
   }
   auto interface = FindInterface(interface_, requested.sin_addr);
   if (!interface.ok()) return interface.status();
-  if (interface.value().rx_queues != 1) {
+  if (interface.value().rx_queues > int(kMaxQueues)) {
     return InvalidArgument("af_xdp: interface " + interface.value().name + " has " +
                            std::to_string(interface.value().rx_queues) +
-                           " receive queues; this version serves queue 0 only: `ethtool -L " +
-                           interface.value().name + " combined 1`, or use --transport udp");
+                           " receive queues; this version serves at most " +
+                           std::to_string(kMaxQueues) + ": `ethtool -L " + interface.value().name +
+                           " combined " + std::to_string(kMaxQueues) + "`, or use --transport udp");
   }
   // The port, held by a kernel socket on the interface's address.
   Address local = requested;

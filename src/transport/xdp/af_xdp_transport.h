@@ -7,9 +7,9 @@
 // and a kernel UDP socket holds each endpoint's port so nothing else gets it.
 //
 // Limits of this first version, each refused with a message that says so:
-// one endpoint per interface (receive queue 0; the interface must have one
-// receive queue), datagrams of at most kMaxDatagramBytes (frames of 4 KiB),
-// no multicast groups. Needs CAP_NET_ADMIN (and CAP_BPF/CAP_SYS_ADMIN).
+// one endpoint per interface (with a socket on each of its receive queues,
+// up to 256), datagrams of at most kMaxDatagramBytes (frames of 4 KiB), no
+// multicast groups. Needs CAP_NET_ADMIN (and CAP_BPF/CAP_SYS_ADMIN).
 #pragma once
 
 #include <map>

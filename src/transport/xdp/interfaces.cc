@@ -201,7 +201,6 @@ StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms) 
   bool probed = false;
   while (true) {
     if (auto mac = LookUpNeighbour(interface.index, hop)) return *mac;
-    if (std::chrono::steady_clock::now() >= deadline) break;
     if (!probed) {
       // Let the kernel resolve it: one datagram to the discard port.
       const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -216,6 +215,7 @@ StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms) 
       }
       probed = true;
     }
+    if (std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return Status(StatusCode::kFailedPrecondition,

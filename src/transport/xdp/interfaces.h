@@ -30,7 +30,8 @@ StatusOr<Interface> FindInterface(const std::string& name, in_addr address);
 // route lookup, RTM_GETROUTE), from the kernel's neighbour table
 // (RTM_GETNEIGH). When the table has none it makes the
 // kernel resolve it (one UDP datagram to the peer's discard port, 9, which
-// the XDP program leaves to the kernel) and waits up to `wait_ms`.
+// the XDP program leaves to the kernel) and waits up to `wait_ms` (0: returns
+// at once; a later call finds what the kernel resolved).
 StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms = 1000);
 
 std::string FormatMac(const Mac& mac);

@@ -14,7 +14,7 @@
 
 struct {
   __uint(type, BPF_MAP_TYPE_XSKMAP);
-  __uint(max_entries, 64);
+  __uint(max_entries, 256);  // receive queues: kMaxQueues
   __type(key, __u32);
   __type(value, __u32);
 } switchml_xsks SEC(".maps");
