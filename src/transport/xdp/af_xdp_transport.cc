@@ -319,25 +319,31 @@ class AfXdpEndpoint final : public Endpoint {
   }
 
   void Flush() override {
-    QueueSocket& q = *queues_[0];
     if (queued_ != 0) {
       xsk_ring_prod__submit(&tx_, queued_);
-      in_flight_ += queued_;
       counters_.sent += queued_;
       queued_ = 0;
     }
-    // In copy mode every send call moves a bounded number of frames: kick
-    // until the ring is empty or the kernel stops taking them.
-    for (int kick = 0; in_flight_ != 0 && kick < 64; ++kick) {
-      if (xsk_ring_prod__needs_wakeup(&tx_) || !zero_copy_) {
-        if (sendto(xsk_socket__fd(q.xsk), nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 &&
-            errno != EAGAIN && errno != EBUSY && errno != ENOBUFS && errno != ENETDOWN) {
-          break;
-        }
+    // The kernel takes descriptors off the send ring when woken: a copy-mode
+    // socket at most 32 per call, so kick until the ring is empty or the
+    // kernel stops taking them (a full device queue: the next flush, or the
+    // poll() a waiting thread makes, which also sends, retries). A zero-copy
+    // driver sends on its own once woken. The frames come back on the
+    // completion ring when they have left (in copy mode, when their socket
+    // buffers are freed, which can be later): Reclaim() collects those that
+    // have, and waits for none.
+    const int fd = xsk_socket__fd(queues_[0]->xsk);
+    for (int kick = 0, stalled = 0; kick < 64 && stalled < 4; ++kick) {
+      const uint32_t unsent = Unsent();
+      if (unsent == 0 || (zero_copy_ && !xsk_ring_prod__needs_wakeup(&tx_))) break;
+      if (sendto(fd, nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 && errno != EAGAIN &&
+          errno != EBUSY && errno != ENOBUFS && errno != ENETDOWN) {
+        break;
       }
-      const uint32_t done = Reclaim();
-      if (done == 0 && zero_copy_) break;
+      if (zero_copy_) break;
+      stalled = Unsent() == unsent ? stalled + 1 : 0;
     }
+    Reclaim();
     if (!macs_.misses().empty()) ResolveMisses();
   }
 
@@ -472,16 +478,17 @@ class AfXdpEndpoint final : public Endpoint {
     if (++queued_ >= options_.send_queue) Flush();
   }
 
+  // Descriptors on the send ring the kernel has not taken yet.
+  uint32_t Unsent() { return kRingSize - xsk_prod_nb_free(&tx_, kRingSize); }
+
   // Completed sends: their frames are free again.
-  uint32_t Reclaim() {
+  void Reclaim() {
     xsk_ring_cons& completion = queues_[0]->completion;
     uint32_t at = 0;
     const uint32_t n = xsk_ring_cons__peek(&completion, kRingSize, &at);
     for (uint32_t i = 0; i < n; ++i)
       free_tx_.push_back(*xsk_ring_cons__comp_addr(&completion, at + i));
     if (n != 0) xsk_ring_cons__release(&completion, n);
-    in_flight_ -= std::min(in_flight_, n);
-    return n;
   }
 
   // The previous batch's frames go back to their queues for receiving.
@@ -539,7 +546,6 @@ class AfXdpEndpoint final : public Endpoint {
   std::vector<uint8_t> scratch_;
   uint64_t claimed_ = kNone;
   uint32_t queued_ = 0;
-  uint32_t in_flight_ = 0;
   uint16_t ip_id_ = 0;
   bool connected_ = false;
   Address peer_{};
