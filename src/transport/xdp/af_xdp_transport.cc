@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <xdp/libxdp.h>
 #include <xdp/xsk.h>
 
 #include <algorithm>
@@ -61,6 +62,10 @@ const char* kNeedsRights =
 class AfXdpTransport::Attachment {
  public:
   static StatusOr<std::shared_ptr<Attachment>> Attach(const Interface& interface) {
+    // Our errors name the cause and the fix in one line; the libraries'
+    // own messages would only repeat it, in several.
+    libbpf_set_print(nullptr);
+    libxdp_set_print(nullptr);
     bpf_object* object =
         bpf_object__open_mem(kSwitchmlRedirectBpfObject, kSwitchmlRedirectBpfObjectSize, nullptr);
     if (object == nullptr) return Failed("opening the XDP program", errno, kNeedsRights);
@@ -96,7 +101,9 @@ class AfXdpTransport::Attachment {
                              : " (`ip link set dev " + interface.name +
                                    " xdp off` removes it, or use --transport udp)"));
     }
-    return Failed("attaching the XDP program to " + interface.name, error, kNeedsRights);
+    return Failed(
+        "attaching the XDP program to " + interface.name + " (by BPF link, native or generic mode)",
+        error, std::string(kNeedsRights) + "; BPF links for XDP need Linux 5.9 or later");
   }
   ~Attachment() {
     if (link_fd_ >= 0) close(link_fd_);  // detaches the program
