@@ -137,6 +137,8 @@ transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, si
   o.receive_batch = std::clamp<size_t>((size_t{256} << 10) / max_bytes, 8, 64);
   o.coalesced_buffers = 8;
   o.socket_buffer_bytes = int(config.socket_buffer_bytes);
+  o.window =
+      (size_t{config.pool_slots} + config.threads - 1) / std::max<uint32_t>(config.threads, 1);
   o.offload = config.udp_offload;
   return o;
 }

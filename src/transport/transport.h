@@ -59,6 +59,10 @@ struct EndpointOptions {
   size_t coalesced_buffers = 0;
   // Kernel socket buffers (the UDP transport), each direction.
   int socket_buffer_bytes = 8 << 20;
+  // Datagrams this endpoint may have in flight each way (a worker thread's
+  // slice of the job's pool), from which the AF_XDP transport sizes its frame
+  // memory; 0: unknown (its default).
+  size_t window = 0;
   // Use the transport's batching offloads where it has them (UDP GSO/GRO).
   bool offload = true;
 };

@@ -25,6 +25,7 @@
 #include "transport/xdp/frames.h"
 #include "transport/xdp/interfaces.h"
 #include "transport/xdp/mac_table.h"
+#include "transport/xdp/umem_sizing.h"
 #include "wire/wire_format.h"
 
 // redirect.bpf.c, compiled by the build and embedded (redirect_bpf_object.cc).
@@ -35,7 +36,6 @@ namespace switchml::transport::xdp {
 namespace {
 
 constexpr uint32_t kFrameBytes = XSK_UMEM__DEFAULT_FRAME_SIZE;  // 4096
-constexpr uint32_t kRingSize = 2048;                            // and send frames
 constexpr uint32_t kMaxQueues = 256;  // the socket map's size in redirect.bpf.c
 // The configuration's limit is the largest packet size that fits a frame.
 static_assert(MaxPacketBytes(kMaxAfXdpElementsPerPacket) <= kMaxDatagramBytes &&
@@ -190,14 +190,6 @@ struct QueueSocket {
   }
 };
 
-// Receive frames per queue: 2048 on one queue, fewer (down to 64) on each of
-// many, so that memory stays bounded; all are in the fill ring at first.
-uint32_t ReceiveFramesPerQueue(int queues) {
-  uint32_t frames = kRingSize;
-  while (frames > 64 && size_t(frames) * size_t(queues) > kRingSize) frames /= 2;
-  return frames;
-}
-
 class AfXdpEndpoint final : public Endpoint {
  public:
   AfXdpEndpoint(std::shared_ptr<AfXdpTransport::Attachment> attachment, udp::UdpSocket port_holder,
@@ -219,7 +211,8 @@ class AfXdpEndpoint final : public Endpoint {
     }
     interface_taken_ = true;
     const int queues = attachment_->interface().rx_queues;
-    const uint32_t frames = ReceiveFramesPerQueue(queues);
+    ring_size_ = FramesFor(options);
+    const uint32_t frames = ReceiveFramesPerQueue(ring_size_, queues);
     queues_.reserve(size_t(queues));
     for (int q = 0; q < queues; ++q) {
       if (Status s = OpenQueue(uint32_t(q), frames); !s.ok()) return s;
@@ -237,8 +230,8 @@ class AfXdpEndpoint final : public Endpoint {
       }
     }
     // Send frames: queue 0's memory after its receive frames.
-    free_tx_.reserve(kRingSize);
-    for (uint32_t f = frames; f < frames + kRingSize; ++f) {
+    free_tx_.reserve(ring_size_);
+    for (uint32_t f = frames; f < frames + ring_size_; ++f) {
       free_tx_.push_back(uint64_t(f) * kFrameBytes);
     }
     scratch_.resize(kMaxDatagramBytes);  // where Claim() writes when no frame is free
@@ -278,8 +271,8 @@ class AfXdpEndpoint final : public Endpoint {
 
   void Reconfigure(const EndpointOptions& options) override {
     options_ = options;
-    options_.receive_batch = std::clamp<size_t>(options.receive_batch, 1, kRingSize);
-    options_.send_queue = std::clamp<size_t>(options.send_queue, 1, kRingSize);
+    options_.receive_batch = std::clamp<size_t>(options.receive_batch, 1, ring_size_);
+    options_.send_queue = std::clamp<size_t>(options.send_queue, 1, ring_size_);
     datagrams_.resize(options_.receive_batch);
     sources_.resize(options_.receive_batch);
   }
@@ -394,7 +387,7 @@ class AfXdpEndpoint final : public Endpoint {
     auto q = std::make_unique<QueueSocket>();
     q->id = id;
     const bool sends = id == 0;
-    q->area_bytes = size_t(frames + (sends ? kRingSize : 0)) * kFrameBytes;
+    q->area_bytes = size_t(frames + (sends ? ring_size_ : 0)) * kFrameBytes;
     q->area =
         mmap(nullptr, q->area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (q->area == MAP_FAILED) {
@@ -403,7 +396,7 @@ class AfXdpEndpoint final : public Endpoint {
     }
     xsk_umem_config umem{};
     umem.fill_size = frames;
-    umem.comp_size = sends ? kRingSize : 64;
+    umem.comp_size = sends ? ring_size_ : 64;
     umem.frame_size = kFrameBytes;
     umem.frame_headroom = 0;
     if (int error =
@@ -415,7 +408,7 @@ class AfXdpEndpoint final : public Endpoint {
     const Interface& i = attachment_->interface();
     xsk_socket_config config{};
     config.rx_size = frames;
-    config.tx_size = sends ? kRingSize : 0;
+    config.tx_size = sends ? ring_size_ : 0;
     config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
     config.bind_flags = XDP_USE_NEED_WAKEUP;
     xsk_ring_prod* tx = sends ? &tx_ : nullptr;
@@ -486,13 +479,13 @@ class AfXdpEndpoint final : public Endpoint {
   }
 
   // Descriptors on the send ring the kernel has not taken yet.
-  uint32_t Unsent() { return kRingSize - xsk_prod_nb_free(&tx_, kRingSize); }
+  uint32_t Unsent() { return ring_size_ - xsk_prod_nb_free(&tx_, ring_size_); }
 
   // Completed sends: their frames are free again.
   void Reclaim() {
     xsk_ring_cons& completion = queues_[0]->completion;
     uint32_t at = 0;
-    const uint32_t n = xsk_ring_cons__peek(&completion, kRingSize, &at);
+    const uint32_t n = xsk_ring_cons__peek(&completion, ring_size_, &at);
     for (uint32_t i = 0; i < n; ++i)
       free_tx_.push_back(*xsk_ring_cons__comp_addr(&completion, at + i));
     if (n != 0) xsk_ring_cons__release(&completion, n);
@@ -541,6 +534,7 @@ class AfXdpEndpoint final : public Endpoint {
   udp::UdpSocket port_holder_;  // keeps the port from other sockets
   Address local_;
   EndpointOptions options_;
+  uint32_t ring_size_ = kDefaultFrames;               // send frames; receive frames in all
   std::vector<std::unique_ptr<QueueSocket>> queues_;  // [q]: receive queue q
   int epoll_fd_ = -1;                                 // all queues' sockets, when several
   size_t next_queue_ = 0;                             // where Receive() starts
