@@ -2,7 +2,8 @@
 // data plane (with live jobs, one of them a rack switch's share of a tree),
 // the switch's packet handler (source and MAC
 // checks in front of a second data plane: a keyless job, a keyed job and a
-// job registered but not yet installed) and a worker engine. Any crash,
+// job registered but not yet installed), a worker engine, and the AF_XDP
+// transport's frame parser and MAC table. Any crash,
 // sanitizer report or broken invariant is a bug.
 #include <arpa/inet.h>
 
@@ -11,7 +12,10 @@
 #include <vector>
 
 #include "dataplane/data_plane.h"
+#include "net/address.h"
 #include "switch/packet_handler.h"
+#include "transport/xdp/frames.h"
+#include "transport/xdp/mac_table.h"
 #include "worker/worker_engine.h"
 
 namespace {
@@ -81,6 +85,7 @@ struct World {
   CountingSink replies;
   std::vector<uint8_t> handler_out = std::vector<uint8_t>(MaxPacketBytes(64));
   std::unique_ptr<WorkerEngine> engine;
+  transport::xdp::MacTable macs;
   std::vector<float> input, output;
   NullSink sink;
   int64_t now = 0;
@@ -139,6 +144,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (v.out_bytes > 0) {
     world->engine->OnPacket(std::span<const uint8_t>(out.data(), v.out_bytes), Nanos(world->now),
                             world->sink);
+  }
+
+  // As an Ethernet frame to an AF_XDP endpoint: a parsed frame's payload lies
+  // inside it, a frame rebuilt from what was parsed parses back the same, and
+  // its source is then found in the MAC table that learned it.
+  if (const auto frame = transport::xdp::ParseFrame(bytes)) {
+    const std::span<const uint8_t> payload = frame->payload;
+    if (payload.data() < data + transport::xdp::kHeaderBytes ||
+        payload.data() + payload.size() > data + size) {
+      std::abort();
+    }
+    std::vector<uint8_t> rebuilt(transport::xdp::kHeaderBytes + payload.size());
+    std::copy(payload.begin(), payload.end(), rebuilt.begin() + transport::xdp::kHeaderBytes);
+    transport::xdp::WriteHeaders(rebuilt, payload.size(), frame->addresses, 1);
+    const auto again = transport::xdp::ParseFrame(rebuilt);
+    const auto& a = frame->addresses;
+    if (!again ||
+        !std::equal(payload.begin(), payload.end(), again->payload.begin(), again->payload.end()) ||
+        again->addresses.source_mac != a.source_mac || again->addresses.dest_mac != a.dest_mac ||
+        !net::SameAddress(again->addresses.source, a.source) ||
+        !net::SameAddress(again->addresses.dest, a.dest)) {
+      std::abort();
+    }
+    const uint32_t source = a.source.sin_addr.s_addr;
+    world->macs.Learn(source, a.source_mac);
+    const transport::xdp::Mac* learned = world->macs.Find(source);
+    if (source != 0 && (learned == nullptr || *learned != a.source_mac)) std::abort();
   }
   return 0;
 }
