@@ -326,21 +326,15 @@ class AfXdpEndpoint final : public Endpoint {
     }
     // The kernel takes descriptors off the send ring when woken: a copy-mode
     // socket at most 32 per call, so kick until the ring is empty or the
-    // kernel stops taking them (a full device queue: the next flush, or the
-    // poll() a waiting thread makes, which also sends, retries). A zero-copy
-    // driver sends on its own once woken. The frames come back on the
-    // completion ring when they have left (in copy mode, when their socket
-    // buffers are freed, which can be later): Reclaim() collects those that
-    // have, and waits for none.
-    const int fd = xsk_socket__fd(queues_[0]->xsk);
+    // kernel stops taking them (the device queue is full: Receive() kicks
+    // again, as does the poll() of a waiting thread). A zero-copy driver
+    // sends on its own once woken. The frames come back on the completion
+    // ring when they have left (in copy mode, when their socket buffers are
+    // freed, which can be later): Reclaim() collects those that have, and
+    // waits for none.
     for (int kick = 0, stalled = 0; kick < 64 && stalled < 4; ++kick) {
       const uint32_t unsent = Unsent();
-      if (unsent == 0 || (zero_copy_ && !xsk_ring_prod__needs_wakeup(&tx_))) break;
-      if (sendto(fd, nullptr, 0, MSG_DONTWAIT, nullptr, 0) < 0 && errno != EAGAIN &&
-          errno != EBUSY && errno != ENOBUFS && errno != ENETDOWN) {
-        break;
-      }
-      if (zero_copy_) break;
+      if (unsent == 0 || !Kick() || zero_copy_) break;
       stalled = Unsent() == unsent ? stalled + 1 : 0;
     }
     Reclaim();
@@ -349,6 +343,7 @@ class AfXdpEndpoint final : public Endpoint {
 
   std::span<const Datagram> Receive() override {
     ReturnHeld();
+    if (Unsent() != 0) Kick();  // sends a full device queue held back
     size_t count = 0;
     const size_t n_queues = queues_.size();
     for (size_t k = 0; k < n_queues && count < options_.receive_batch; ++k) {
@@ -476,6 +471,14 @@ class AfXdpEndpoint final : public Endpoint {
     d->addr = frame;
     d->len = uint32_t(kHeaderBytes + bytes);
     if (++queued_ >= options_.send_queue) Flush();
+  }
+
+  // Wakes the kernel's send path where it needs it; false after an error
+  // other than a full device queue.
+  bool Kick() {
+    if (zero_copy_ && !xsk_ring_prod__needs_wakeup(&tx_)) return true;
+    return sendto(xsk_socket__fd(queues_[0]->xsk), nullptr, 0, MSG_DONTWAIT, nullptr, 0) >= 0 ||
+           errno == EAGAIN || errno == EBUSY || errno == ENOBUFS || errno == ENETDOWN;
   }
 
   // Descriptors on the send ring the kernel has not taken yet.
