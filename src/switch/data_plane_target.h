@@ -53,6 +53,9 @@ struct TargetCounters {
   std::map<uint32_t, DataPlaneCounters> per_job;
   uint64_t packets_sent = 0;
   uint64_t send_errors = 0;
+  // Frames the transport dropped before the data plane saw them (malformed
+  // headers; af_xdp, whose headers the switch parses itself).
+  uint64_t transport_drops = 0;
   // Per data thread, where the target has them (the software switch).
   struct Shard {
     DataPlaneCounters counters;

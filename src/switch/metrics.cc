@@ -79,6 +79,9 @@ std::vector<MetricFamily> MetricFamilies(const control::v1::StatsReply& s) {
         double(s.packets_sent()));
   f.Add("switchml_send_errors_total", MetricType::Counter, "datagrams the switch could not send",
         {}, double(s.send_errors()));
+  f.Add("switchml_transport_drops_total", MetricType::Counter,
+        "frames dropped by the transport before the data plane (malformed headers; af_xdp)", {},
+        double(s.transport_drops()));
   f.Add("switchml_pool_slots", MetricType::Gauge, "aggregation slots in the pool", {},
         double(s.pool_slots()));
   f.Add("switchml_pool_free_slots", MetricType::Gauge, "pool slots no job holds", {},

@@ -133,6 +133,7 @@ StatusOr<TargetCounters> SoftwareTarget::Counters(const std::vector<JobId>& jobs
     for (size_t j = 0; j < jobs.size(); ++j) out.per_job[jobs[j].value()] += c.per_job[j];
     out.packets_sent += c.io.sent;
     out.send_errors += c.io.send_dropped;
+    out.transport_drops += c.io.malformed;
     out.shards.push_back({c.total, c.io.sent, c.io.send_dropped});
   }
   return out;

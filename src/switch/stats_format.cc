@@ -23,6 +23,9 @@ std::string FormatTable(const control::v1::StatsReply& s) {
   for (const auto& [error, n] : s.decode_errors()) {
     out += "  malformed " + error + ": " + std::to_string(n) + "\n";
   }
+  if (s.transport_drops() != 0) {
+    out += "  malformed frames (transport): " + std::to_string(s.transport_drops()) + "\n";
+  }
   if (s.shards_size() > 1) {
     for (const auto& shard : s.shards()) {
       std::snprintf(buf, sizeof(buf), "  data thread %u: packets in %llu, out %llu\n",

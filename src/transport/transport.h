@@ -74,6 +74,9 @@ struct EndpointCounters {
   uint64_t super_datagrams = 0;  // sends that carried 2 or more datagrams
   uint64_t received = 0;
   uint64_t coalesced = 0;  // receives that carried 2 or more datagrams
+  // Frames received but not delivered: malformed Ethernet/IPv4/UDP headers,
+  // or for another port or peer (a transport that parses headers itself).
+  uint64_t malformed = 0;
 };
 
 class Endpoint {

@@ -358,7 +358,7 @@ class AfXdpEndpoint final : public Endpoint {
         const auto frame = ParseFrame({bytes, d->len});
         if (!frame || frame->addresses.dest.sin_port != local_.sin_port ||
             (connected_ && !net::SameAddress(frame->addresses.source, peer_))) {
-          ++invalid_frames_;
+          ++counters_.malformed;
           continue;
         }
         macs_.Learn(frame->addresses.source.sin_addr.s_addr, frame->addresses.source_mac);
@@ -555,7 +555,6 @@ class AfXdpEndpoint final : public Endpoint {
   Address peer_{};
   MacTable macs_;
   std::chrono::steady_clock::time_point next_resolve_{};
-  uint64_t invalid_frames_ = 0;
   EndpointCounters counters_;
 };
 
