@@ -96,6 +96,13 @@ class Endpoint {
     (void)peer;
     return Status::Ok();
   }
+  // Refuses a peer this endpoint can never exchange datagrams with (af_xdp:
+  // one on this host, whose datagrams come through the kernel's loopback).
+  // Reads no state the packet path changes: any thread may call it.
+  virtual Status CheckPeer(const Address& peer) const {
+    (void)peer;
+    return Status::Ok();
+  }
   // Datagrams this endpoint sends to multicast groups stay on this host.
   virtual Status SetHostLocalMulticast() = 0;
   // Readable (POLLIN) when Receive() may return datagrams.

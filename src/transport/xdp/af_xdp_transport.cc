@@ -261,6 +261,15 @@ class AfXdpEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
+  Status CheckPeer(const Address& peer) const override {
+    if (!IsLocalAddress(peer.sin_addr)) return Status::Ok();
+    return Status(StatusCode::kFailedPrecondition,
+                  "data address " + net::FormatAddress(peer) +
+                      " is on this switch's own host: its datagrams come through the kernel's "
+                      "loopback, which af_xdp does not see (run that worker on another host, "
+                      "or this switch with --transport udp)");
+  }
+
   Status SetHostLocalMulticast() override {
     return Status(StatusCode::kFailedPrecondition,
                   "af_xdp sends no multicast (results go by unicast)");

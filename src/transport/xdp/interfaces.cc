@@ -140,6 +140,19 @@ std::string FormatMac(const Mac& mac) {
   return text;
 }
 
+bool IsLocalAddress(in_addr address) {
+  if ((ntohl(address.s_addr) >> 24) == 127) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    local = i->ifa_addr != nullptr && i->ifa_addr->sa_family == AF_INET &&
+            reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == address.s_addr;
+  }
+  freeifaddrs(list);
+  return local;
+}
+
 StatusOr<Interface> FindInterface(const std::string& name, in_addr address) {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return InvalidArgument("af_xdp: cannot list the interfaces");

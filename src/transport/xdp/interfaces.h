@@ -34,6 +34,9 @@ StatusOr<Interface> FindInterface(const std::string& name, in_addr address);
 // at once; a later call finds what the kernel resolved).
 StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms = 1000);
 
+// Whether `address` is one of this host's own (any interface's, or loopback).
+bool IsLocalAddress(in_addr address);
+
 std::string FormatMac(const Mac& mac);
 
 }  // namespace switchml::transport::xdp
