@@ -400,7 +400,7 @@ class AfXdpEndpoint final : public Endpoint {
     }
     xsk_umem_config umem{};
     umem.fill_size = frames;
-    umem.comp_size = sends ? ring_size_ : 64;
+    umem.comp_size = sends ? ring_size_ : kMinQueueFrames;
     umem.frame_size = kFrameBytes;
     umem.frame_headroom = 0;
     if (int error =

@@ -17,6 +17,9 @@ namespace switchml::transport::xdp {
 inline constexpr uint32_t kDefaultFrames = 2048;
 inline constexpr uint32_t kMinFrames = 256;
 inline constexpr uint32_t kMaxFrames = 8192;
+// The fewest receive frames a queue gets, and the ring size of a queue that
+// only receives (its completion ring, which nothing uses, cannot be empty).
+inline constexpr uint32_t kMinQueueFrames = 64;
 
 // Frames each way, a power of two (the rings' size): room for the window
 // twice over (results and retransmissions) and a batch each way.
@@ -27,10 +30,11 @@ inline uint32_t FramesFor(const EndpointOptions& o) {
 }
 
 // Receive frames on each of `queues` queues: all `frames` on one, halved
-// (down to 64) until the queues together hold no more than `frames`.
+// (down to kMinQueueFrames) until the queues together hold no more than
+// `frames`.
 inline uint32_t ReceiveFramesPerQueue(uint32_t frames, int queues) {
   const uint32_t total = frames;
-  while (frames > 64 && size_t(frames) * size_t(queues) > total) frames /= 2;
+  while (frames > kMinQueueFrames && size_t(frames) * size_t(queues) > total) frames /= 2;
   return frames;
 }
 
