@@ -57,8 +57,8 @@ TEST(ContextConfig, AfXdpLimitsAreRefusedNamingTheSetting) {
   EXPECT_NE(c.Validate().message().find("elements_per_packet=1024 does not fit"),
             std::string::npos);
   c.elements_per_packet = 0;
-  c.threads = 2;
-  EXPECT_NE(c.Validate().message().find("threads=2"), std::string::npos);
+  c.threads = 2;  // the threads split the interface's queues
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate().message();
 #else
   EXPECT_NE(c.Validate().message().find("not in this build"), std::string::npos);
 #endif

@@ -141,10 +141,6 @@ Status ContextConfig::Validate() const {
                            " does not fit the af_xdp transport's 4 KiB frames; use at most " +
                            std::to_string(kMaxAfXdpElementsPerPacket) + " (or 0: chosen)");
   }
-  if (transport == "af_xdp" && threads != 1) {
-    return InvalidArgument("threads=" + std::to_string(threads) +
-                           ": the af_xdp transport serves one thread per interface; use 1");
-  }
   if (!auth_key.empty()) {
     if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
   }

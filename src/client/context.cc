@@ -256,9 +256,11 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints;
   std::vector<HostShare> shares(host_count);
   for (uint32_t t = 0; t < config.threads; ++t) {
-    auto endpoint =
-        transport->Open(locals[t % host_count],
-                        WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket)));
+    transport::EndpointOptions options =
+        WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket));
+    options.sibling = t;
+    options.siblings = config.threads;
+    auto endpoint = transport->Open(locals[t % host_count], options);
     if (!endpoint.ok()) return endpoint.status();
     endpoints.push_back(std::move(endpoint).value());
     shares[t % host_count].threads.push_back(t);

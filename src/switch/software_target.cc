@@ -40,9 +40,11 @@ StatusOr<std::unique_ptr<SoftwareTarget>> SoftwareTarget::Open(const SwitchConfi
   for (uint16_t s = 0; s < config.data_threads; ++s) {
     sockaddr_in local = bind.value();
     if (config.data_port != 0) local.sin_port = htons(uint16_t(config.data_port + s));
-    auto endpoint = transport.Open(
-        local, DataThread::EndpointOptions(config.data_plane, config.socket_buffer_bytes,
-                                           config.udp_offload));
+    transport::EndpointOptions options = DataThread::EndpointOptions(
+        config.data_plane, config.socket_buffer_bytes, config.udp_offload);
+    options.sibling = s;
+    options.siblings = config.data_threads;
+    auto endpoint = transport.Open(local, options);
     if (!endpoint.ok()) return endpoint.status();
     if (multicast) {
       auto holder = ReserveResultPort(transport, *endpoint.value());
@@ -143,6 +145,7 @@ StatusOr<TargetCounters> SoftwareTarget::Counters(const std::vector<JobId>& jobs
     out.packets_sent += c.io.sent;
     out.send_errors += c.io.send_dropped;
     out.transport_drops += c.io.malformed;
+    out.transport_kernel_path += c.io.kernel_path;
     out.shards.push_back({c.total, c.io.sent, c.io.send_dropped});
   }
   return out;

@@ -26,6 +26,10 @@ std::string FormatTable(const control::v1::StatsReply& s) {
   if (s.transport_drops() != 0) {
     out += "  malformed frames (transport): " + std::to_string(s.transport_drops()) + "\n";
   }
+  if (s.transport_kernel_path() != 0) {
+    out += "  datagrams through the kernel (af_xdp, not steered to their thread's queue): " +
+           std::to_string(s.transport_kernel_path()) + "\n";
+  }
   if (s.shards_size() > 1) {
     for (const auto& shard : s.shards()) {
       std::snprintf(buf, sizeof(buf), "  data thread %u: packets in %llu, out %llu\n",

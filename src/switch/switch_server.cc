@@ -72,10 +72,6 @@ Status SwitchConfig::Validate() const {
         std::to_string(kMaxAfXdpElementsPerPacket) + " (--max-elements-per-packet " +
         std::to_string(kMaxAfXdpElementsPerPacket) + ")");
   }
-  if (transport == "af_xdp" && data_threads != 1) {
-    return InvalidArgument("data_threads=" + std::to_string(data_threads) +
-                           ": the af_xdp transport serves one data thread per interface; use 1");
-  }
   if (auto bind = net::ParseAddress(bind_address, 0); !bind.ok()) return bind.status();
   if (!upstream.empty()) {
     if (auto up = net::ParseAddress(upstream, kDefaultControlPort); !up.ok()) {

@@ -65,6 +65,12 @@ struct EndpointOptions {
   size_t window = 0;
   // Use the transport's batching offloads where it has them (UDP GSO/GRO).
   bool offload = true;
+  // This endpoint is number `sibling` of the `siblings` that one process
+  // opens on one interface, one per thread (a switch's data threads, a
+  // worker's I/O threads). The AF_XDP transport gives each the interface's
+  // receive queues q with q % siblings == sibling.
+  uint32_t sibling = 0;
+  uint32_t siblings = 1;
 };
 
 // Counters of one endpoint, in datagrams.
@@ -77,6 +83,10 @@ struct EndpointCounters {
   // Frames received but not delivered: malformed Ethernet/IPv4/UDP headers,
   // or for another port or peer (a transport that parses headers itself).
   uint64_t malformed = 0;
+  // Datagrams that reached an AF_XDP endpoint through the kernel's UDP
+  // stack instead of its own queues (they arrived on a queue of a sibling:
+  // no flow steering to this endpoint's queue).
+  uint64_t kernel_path = 0;
 };
 
 class Endpoint {

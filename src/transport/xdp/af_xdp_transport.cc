@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "net/address.h"
@@ -47,6 +48,14 @@ Status Failed(const std::string& what, int error, const std::string& fix) {
   return Status(StatusCode::kFailedPrecondition,
                 "af_xdp: " + what + ": " + Errno(error) + " (" + fix + ")");
 }
+
+// A port's entry in the XDP program's map (struct port_entry in
+// redirect.bpf.c).
+struct PortEntry {
+  uint32_t address;  // network order; 0: any
+  uint32_t stride;   // the endpoint's siblings on the interface
+  uint32_t first;    // its queues: q % stride == first
+};
 
 const char* kNeedsRights =
     "AF_XDP needs root (CAP_NET_ADMIN and CAP_BPF) and a kernel with XDP; or use --transport udp";
@@ -114,23 +123,35 @@ class AfXdpTransport::Attachment {
   bool native() const { return native_; }
   int xsks_fd() const { return xsks_fd_; }
 
-  // Redirects UDP to `port` on `address` (0: any) to the queue's socket.
-  Status AddPort(uint16_t port_be, uint32_t address_be) {
-    if (bpf_map_update_elem(ports_fd_, &port_be, &address_be, BPF_ANY) != 0) {
+  // Redirects UDP to `port` on `address` (0: any) that arrives on one of
+  // the endpoint's queues (q % stride == first) to that queue's socket.
+  Status AddPort(uint16_t port_be, uint32_t address_be, uint32_t stride, uint32_t first) {
+    const PortEntry entry{address_be, stride, first};
+    if (bpf_map_update_elem(ports_fd_, &port_be, &entry, BPF_ANY) != 0) {
       return Failed("adding a port to the XDP program", errno, kNeedsRights);
     }
     return Status::Ok();
   }
   void RemovePort(uint16_t port_be) { bpf_map_delete_elem(ports_fd_, &port_be); }
 
-  // The interface's queues, for one endpoint at a time.
-  bool TakeInterface() {
+  // Share `sibling` of the interface's queues split `siblings` ways, for
+  // one endpoint at a time; the endpoints open at once split them alike.
+  Status TakeShare(uint32_t sibling, uint32_t siblings) {
     std::lock_guard lock(mu_);
-    return !std::exchange(taken_, true);
+    if (taken_.empty()) taken_.assign(siblings, false);
+    if (taken_.size() != siblings || taken_[sibling]) {
+      return InvalidArgument("af_xdp: interface " + interface_.name +
+                             " already has this process's endpoint of thread " +
+                             std::to_string(sibling) + " of " + std::to_string(taken_.size()) +
+                             "; one job's threads per interface and process");
+    }
+    taken_[sibling] = true;
+    return Status::Ok();
   }
-  void ReleaseInterface() {
+  void ReleaseShare(uint32_t sibling) {
     std::lock_guard lock(mu_);
-    taken_ = false;
+    taken_[sibling] = false;
+    if (std::none_of(taken_.begin(), taken_.end(), [](bool t) { return t; })) taken_.clear();
   }
 
  private:
@@ -165,13 +186,14 @@ class AfXdpTransport::Attachment {
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
   std::mutex mu_;
-  bool taken_ = false;  // guarded by mu_
+  std::vector<bool> taken_;  // [sibling]; guarded by mu_
 };
 
 namespace {
 
 // One receive queue's AF_XDP socket and the frame memory it receives into.
-// Queue 0's socket also sends, from frames of its own memory.
+// An endpoint's first queue's socket also sends, from frames of its own
+// memory.
 struct QueueSocket {
   uint32_t id = 0;
   void* area = nullptr;
@@ -197,47 +219,74 @@ class AfXdpEndpoint final : public Endpoint {
       : attachment_(std::move(attachment)), port_holder_(std::move(port_holder)), local_(local) {}
 
   ~AfXdpEndpoint() override {
+    if (steering_) RemoveFlowSteering(attachment_->interface(), *steering_);
     if (port_added_) attachment_->RemovePort(local_.sin_port);
     if (epoll_fd_ >= 0) close(epoll_fd_);
     queues_.clear();
-    if (interface_taken_) attachment_->ReleaseInterface();
+    if (share_taken_) attachment_->ReleaseShare(sibling_);
   }
 
+  // Takes the interface's receive queues q with q % siblings == sibling:
+  // one AF_XDP socket each, the first of which sends.
   Status Setup(const EndpointOptions& options) {
-    if (!attachment_->TakeInterface()) {
-      return InvalidArgument("af_xdp: interface " + attachment_->interface().name +
-                             " already has an endpoint of this process; this version serves "
-                             "one per interface (threads = 1, --data-threads 1)");
+    const Interface& i = attachment_->interface();
+    siblings_ = std::max<uint32_t>(options.siblings, 1);
+    sibling_ = options.sibling;
+    if (sibling_ >= siblings_) {
+      return InvalidArgument("af_xdp: endpoint " + std::to_string(sibling_) + " of " +
+                             std::to_string(siblings_));
     }
-    interface_taken_ = true;
-    const int queues = attachment_->interface().rx_queues;
+    if (uint32_t(i.rx_queues) < siblings_) {
+      return Status(StatusCode::kFailedPrecondition,
+                    "af_xdp: interface " + i.name + " has " + std::to_string(i.rx_queues) +
+                        " receive queues, fewer than the " + std::to_string(siblings_) +
+                        " threads that share it, which need one each (`ethtool -L " + i.name +
+                        " combined " + std::to_string(siblings_) +
+                        "`, fewer threads, or --transport udp)");
+    }
+    if (Status s = attachment_->TakeShare(sibling_, siblings_); !s.ok()) return s;
+    share_taken_ = true;
     ring_size_ = FramesFor(options);
-    const uint32_t frames = ReceiveFramesPerQueue(ring_size_, queues);
-    queues_.reserve(size_t(queues));
-    for (int q = 0; q < queues; ++q) {
-      if (Status s = OpenQueue(uint32_t(q), frames); !s.ok()) return s;
+    const uint32_t owned = (uint32_t(i.rx_queues) - sibling_ + siblings_ - 1) / siblings_;
+    const uint32_t frames = ReceiveFramesPerQueue(ring_size_, int(owned));
+    queues_.reserve(owned);
+    for (uint32_t q = sibling_; q < uint32_t(i.rx_queues); q += siblings_) {
+      if (Status s = OpenQueue(q, frames); !s.ok()) return s;
     }
-    if (queues > 1) {
-      // One descriptor for the threads' poll: readable when any queue is.
+    // Where the thread waits on more than one socket, one descriptor for its
+    // poll: readable when any queue is, or the kernel socket (with siblings:
+    // frames that came on their queues).
+    std::vector<int> fds;
+    for (const auto& q : queues_) fds.push_back(xsk_socket__fd(q->xsk));
+    if (siblings_ > 1) fds.push_back(port_holder_.fd());
+    if (fds.size() > 1) {
       epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
       if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
-      for (const auto& q : queues_) {
+      for (const int fd : fds) {
         epoll_event e{};
         e.events = EPOLLIN;
-        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, xsk_socket__fd(q->xsk), &e) != 0) {
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
           return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
         }
       }
     }
-    // Send frames: queue 0's memory after its receive frames.
+    // Send frames: the first queue's memory after its receive frames.
     free_tx_.reserve(ring_size_);
     for (uint32_t f = frames; f < frames + ring_size_; ++f) {
       free_tx_.push_back(uint64_t(f) * kFrameBytes);
     }
     scratch_.resize(kMaxDatagramBytes);  // where Claim() writes when no frame is free
     Reconfigure(options);
-    if (Status s = attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr); !s.ok()) return s;
+    if (Status s =
+            attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr, siblings_, sibling_);
+        !s.ok()) {
+      return s;
+    }
     port_added_ = true;
+    // Where the NIC can, it brings this port's frames to this endpoint's
+    // queue; elsewhere (veth, ntuple off) they arrive where its hashing puts
+    // them, and those on a sibling's queue take the kernel path.
+    if (siblings_ > 1) steering_ = SteerFlow(i, local_, sibling_);
     return Status::Ok();
   }
 
@@ -282,14 +331,24 @@ class AfXdpEndpoint final : public Endpoint {
     options_ = options;
     options_.receive_batch = std::clamp<size_t>(options.receive_batch, 1, ring_size_);
     options_.send_queue = std::clamp<size_t>(options.send_queue, 1, ring_size_);
-    datagrams_.resize(options_.receive_batch);
+    // Room for a batch from the queues and one from the kernel socket.
+    datagrams_.resize(2 * options_.receive_batch);
     sources_.resize(options_.receive_batch);
+    if (siblings_ > 1) {
+      kernel_batch_ = udp::RecvBatch(options_.receive_batch, options.max_datagram_bytes + 1);
+    }
   }
 
   std::string offload() const override {
+    std::string queues;
+    for (const auto& q : queues_) queues += (queues.empty() ? "" : ",") + std::to_string(q->id);
     return std::string(zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy") +
            (attachment_->native() ? ", native XDP" : ", generic XDP") +
-           (queues_.size() > 1 ? ", " + std::to_string(queues_.size()) + " queues" : "");
+           (queues_.size() > 1 ? ", queues " : ", queue ") + queues +
+           (siblings_ == 1 ? ""
+            : steering_    ? ", steered there by an ntuple rule"
+                           : ", no flow steering (frames on other threads' queues come "
+                             "through the kernel)");
   }
 
   std::span<uint8_t> Claim() override {
@@ -378,6 +437,13 @@ class AfXdpEndpoint final : public Endpoint {
       if (n != 0) xsk_ring_cons__release(&q.rx, n);
     }
     if (n_queues > 1) next_queue_ = (next_queue_ + 1) % n_queues;
+    // Frames that came on a sibling's queue, through the kernel: read when
+    // the queues are idle, and every kKernelTurns-th call anyway. (Alone on
+    // the interface, the endpoint has every queue: the XDP program passes
+    // none of its port's frames.)
+    if (siblings_ > 1 && (count == 0 || ++kernel_turn_ % kKernelTurns == 0)) {
+      count = ReceiveFromKernel(count);
+    }
     counters_.received += count;
     return {datagrams_.data(), count};
   }
@@ -386,11 +452,26 @@ class AfXdpEndpoint final : public Endpoint {
 
  private:
   static constexpr uint64_t kNone = ~uint64_t{0};
+  static constexpr uint32_t kKernelTurns = 8;
+
+  // The kernel socket's datagrams after the `count` from the queues.
+  size_t ReceiveFromKernel(size_t count) {
+    const int n = kernel_batch_.Receive(port_holder_.fd());
+    for (int k = 0; k < n; ++k) {
+      if (connected_ && !net::SameAddress(kernel_batch_.source(k), peer_)) {
+        ++counters_.malformed;
+        continue;
+      }
+      datagrams_[count++] = Datagram{kernel_batch_.packet(k), &kernel_batch_.source(k)};
+      ++counters_.kernel_path;
+    }
+    return count;
+  }
 
   Status OpenQueue(uint32_t id, uint32_t frames) {
     auto q = std::make_unique<QueueSocket>();
     q->id = id;
-    const bool sends = id == 0;
+    const bool sends = queues_.empty();
     q->area_bytes = size_t(frames + (sends ? ring_size_ : 0)) * kFrameBytes;
     q->area =
         mmap(nullptr, q->area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -542,15 +623,21 @@ class AfXdpEndpoint final : public Endpoint {
   static constexpr std::chrono::milliseconds kResolveInterval{20};
 
   std::shared_ptr<AfXdpTransport::Attachment> attachment_;
-  bool interface_taken_ = false;
-  udp::UdpSocket port_holder_;  // keeps the port from other sockets
+  uint32_t sibling_ = 0, siblings_ = 1;  // its share of the interface's queues
+  bool share_taken_ = false;
+  // Keeps the port from other sockets, and receives the port's frames that
+  // the XDP program leaves to the kernel.
+  udp::UdpSocket port_holder_;
+  udp::RecvBatch kernel_batch_{1, 1};
+  uint32_t kernel_turn_ = 0;
+  std::optional<uint32_t> steering_;  // the ntuple rule's location
   Address local_;
   EndpointOptions options_;
   uint32_t ring_size_ = kDefaultFrames;               // send frames; receive frames in all
-  std::vector<std::unique_ptr<QueueSocket>> queues_;  // [q]: receive queue q
-  int epoll_fd_ = -1;                                 // all queues' sockets, when several
-  size_t next_queue_ = 0;                             // where Receive() starts
-  xsk_ring_prod tx_{};                                // queue 0's socket's
+  std::vector<std::unique_ptr<QueueSocket>> queues_;  // its receive queues, ascending
+  int epoll_fd_ = -1;      // their sockets (and with siblings, the kernel's), when several
+  size_t next_queue_ = 0;  // where Receive() starts
+  xsk_ring_prod tx_{};     // the first queue's socket's
   bool zero_copy_ = false;
   bool port_added_ = false;
   std::vector<uint64_t> free_tx_;
@@ -589,10 +676,12 @@ StatusOr<std::unique_ptr<Endpoint>> AfXdpTransport::Open(const Address& requeste
                            std::to_string(kMaxQueues) + ": `ethtool -L " + interface.value().name +
                            " combined " + std::to_string(kMaxQueues) + "`, or use --transport udp");
   }
-  // The port, held by a kernel socket on the interface's address.
+  // The port, held by a kernel socket on the interface's address, which
+  // with siblings also receives (their queues' frames for this port).
   Address local = requested;
   local.sin_addr = interface.value().address;
-  auto holder = udp::UdpSocket::Bind(local, 4096);
+  auto holder =
+      udp::UdpSocket::Bind(local, options.siblings > 1 ? options.socket_buffer_bytes : 4096);
   if (!holder.ok()) return holder.status();
   local.sin_port = holder.value().LocalAddress().sin_port;
 

@@ -2,11 +2,14 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <linux/ethtool.h>
 #include <linux/if_packet.h>
 #include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
+#include <linux/sockios.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -131,7 +134,41 @@ std::optional<Mac> LookUpNeighbour(int index, in_addr hop) {
   return found;
 }
 
+// One ethtool command on interface `name`; false when refused.
+bool AskEthtool(const std::string& name, void* command) {
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  ifreq request{};
+  std::strncpy(request.ifr_name, name.c_str(), IFNAMSIZ - 1);
+  request.ifr_data = static_cast<char*>(command);
+  const bool ok = ioctl(fd, SIOCETHTOOL, &request) == 0;
+  close(fd);
+  return ok;
+}
+
 }  // namespace
+
+std::optional<uint32_t> SteerFlow(const Interface& interface, const sockaddr_in& local,
+                                  uint32_t queue) {
+  ethtool_rxnfc rule{};
+  rule.cmd = ETHTOOL_SRXCLSRLINS;
+  rule.fs.flow_type = UDP_V4_FLOW;
+  rule.fs.h_u.udp_ip4_spec.ip4dst = local.sin_addr.s_addr;
+  rule.fs.m_u.udp_ip4_spec.ip4dst = 0xFFFFFFFF;  // set bits are matched
+  rule.fs.h_u.udp_ip4_spec.pdst = local.sin_port;
+  rule.fs.m_u.udp_ip4_spec.pdst = 0xFFFF;
+  rule.fs.ring_cookie = queue;
+  rule.fs.location = RX_CLS_LOC_ANY;
+  if (!AskEthtool(interface.name, &rule)) return std::nullopt;
+  return rule.fs.location;
+}
+
+void RemoveFlowSteering(const Interface& interface, uint32_t location) {
+  ethtool_rxnfc rule{};
+  rule.cmd = ETHTOOL_SRXCLSRLDEL;
+  rule.fs.location = location;
+  AskEthtool(interface.name, &rule);
+}
 
 std::string FormatMac(const Mac& mac) {
   char text[18];

@@ -34,6 +34,16 @@ StatusOr<Interface> FindInterface(const std::string& name, in_addr address);
 // at once; a later call finds what the kernel resolved).
 StatusOr<Mac> NextHopMac(const Interface& interface, in_addr peer, int wait_ms = 1000);
 
+// Asks the NIC to deliver UDP to `local` (address and port) on receive queue
+// `queue`: an ntuple rule (ETHTOOL_SRXCLSRLINS, what `ethtool -N` adds), at a
+// place the driver chooses. Returns the rule's location, or nothing where
+// the interface has no such rules (veth), has them off (`ethtool -K NAME
+// ntuple on`) or is full.
+std::optional<uint32_t> SteerFlow(const Interface& interface, const sockaddr_in& local,
+                                  uint32_t queue);
+// Removes the rule at `location` that SteerFlow added.
+void RemoveFlowSteering(const Interface& interface, uint32_t location);
+
 // Whether `address` is one of this host's own (any interface's, or loopback).
 bool IsLocalAddress(in_addr address);
 
