@@ -69,7 +69,6 @@ class DataThread : private ReplySink {
   const DataPlaneConfig& config() const { return data_plane_.config(); }
   // What the transport granted: "segmentation and coalescing", ..., or "off".
   std::string offload() const { return endpoint_->offload(); }
-  Status CheckPeer(const transport::Address& peer) const { return endpoint_->CheckPeer(peer); }
   // The data thread's CPU clock (for benchmarks). REQUIRES: Start()ed.
   clockid_t cpu_clock();
 

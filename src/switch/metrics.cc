@@ -83,8 +83,8 @@ std::vector<MetricFamily> MetricFamilies(const control::v1::StatsReply& s) {
         "frames dropped by the transport before the data plane (malformed headers; af_xdp)", {},
         double(s.transport_drops()));
   f.Add("switchml_transport_kernel_path_total", MetricType::Counter,
-        "datagrams that reached an af_xdp data thread through the kernel (not steered to its "
-        "receive queue)",
+        "datagrams that reached an af_xdp data thread through the kernel (from this host, or "
+        "not steered to its receive queue)",
         {}, double(s.transport_kernel_path()));
   f.Add("switchml_pool_slots", MetricType::Gauge, "aggregation slots in the pool", {},
         double(s.pool_slots()));

@@ -70,15 +70,6 @@ StatusOr<std::unique_ptr<SoftwareTarget>> SoftwareTarget::Open(const SwitchConfi
 
 SoftwareTarget::~SoftwareTarget() { Stop(); }
 
-Status SoftwareTarget::CheckJoin(const ParsedJoin& join) const {
-  for (const sockaddr_in& address : join.addresses) {
-    if (Status s = shards_[0]->CheckPeer(address); !s.ok()) {
-      return Status(s.code(), "rank " + std::to_string(join.request.rank) + ": " + s.message());
-    }
-  }
-  return Status::Ok();
-}
-
 void SoftwareTarget::Start() {
   for (auto& shard : shards_) shard->Start();
 }

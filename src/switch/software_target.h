@@ -31,8 +31,6 @@ class SoftwareTarget final : public DataPlaneTarget {
   DataPlaneConfig limits() const override { return shards_[0]->config(); }
   std::string data_address() const override { return ""; }
   std::vector<uint16_t> data_ports() const override { return data_ports_; }
-  // Refuses a rank whose data address the transport cannot reach.
-  Status CheckJoin(const ParsedJoin& join) const override;
   std::vector<sockaddr_in> ResultGroups(const JobAssignment& job, uint16_t threads) const override;
   Status Install(const JobInstall& job) override;
   void Remove(JobId id) override;

@@ -27,8 +27,10 @@ std::string FormatTable(const control::v1::StatsReply& s) {
     out += "  malformed frames (transport): " + std::to_string(s.transport_drops()) + "\n";
   }
   if (s.transport_kernel_path() != 0) {
-    out += "  datagrams through the kernel (af_xdp, not steered to their thread's queue): " +
-           std::to_string(s.transport_kernel_path()) + "\n";
+    out +=
+        "  datagrams through the kernel (af_xdp: from this host, or on another thread's "
+        "queue): " +
+        std::to_string(s.transport_kernel_path()) + "\n";
   }
   if (s.shards_size() > 1) {
     for (const auto& shard : s.shards()) {

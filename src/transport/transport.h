@@ -84,8 +84,8 @@ struct EndpointCounters {
   // or for another port or peer (a transport that parses headers itself).
   uint64_t malformed = 0;
   // Datagrams that reached an AF_XDP endpoint through the kernel's UDP
-  // stack instead of its own queues (they arrived on a queue of a sibling:
-  // no flow steering to this endpoint's queue).
+  // stack instead of its own queues: from this host (loopback), or arrived
+  // on a sibling's queue (no flow steering to this endpoint's queue).
   uint64_t kernel_path = 0;
 };
 
@@ -103,13 +103,6 @@ class Endpoint {
   // needs nothing; a transport that builds its own frames resolves the next
   // hop now (and may wait for the kernel to), so the packet path never has to.
   virtual Status AddPeer(const Address& peer) {
-    (void)peer;
-    return Status::Ok();
-  }
-  // Refuses a peer this endpoint can never exchange datagrams with (af_xdp:
-  // one on this host, whose datagrams come through the kernel's loopback).
-  // Reads no state the packet path changes: any thread may call it.
-  virtual Status CheckPeer(const Address& peer) const {
     (void)peer;
     return Status::Ok();
   }

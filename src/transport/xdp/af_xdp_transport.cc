@@ -253,21 +253,18 @@ class AfXdpEndpoint final : public Endpoint {
     for (uint32_t q = sibling_; q < uint32_t(i.rx_queues); q += siblings_) {
       if (Status s = OpenQueue(q, frames); !s.ok()) return s;
     }
-    // Where the thread waits on more than one socket, one descriptor for its
-    // poll: readable when any queue is, or the kernel socket (with siblings:
-    // frames that came on their queues).
-    std::vector<int> fds;
+    // One descriptor for the thread's poll: readable when any queue is, or
+    // the kernel socket (datagrams from this host, and frames that came on
+    // a sibling's queue).
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
+    std::vector<int> fds{port_holder_.fd()};
     for (const auto& q : queues_) fds.push_back(xsk_socket__fd(q->xsk));
-    if (siblings_ > 1) fds.push_back(port_holder_.fd());
-    if (fds.size() > 1) {
-      epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-      if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
-      for (const int fd : fds) {
-        epoll_event e{};
-        e.events = EPOLLIN;
-        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
-          return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
-        }
+    for (const int fd : fds) {
+      epoll_event e{};
+      e.events = EPOLLIN;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
+        return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
       }
     }
     // Send frames: the first queue's memory after its receive frames.
@@ -300,7 +297,8 @@ class AfXdpEndpoint final : public Endpoint {
   }
 
   Status AddPeer(const Address& peer) override {
-    auto mac = NextHopMac(attachment_->interface(), peer.sin_addr);
+    auto mac = IsLocalAddress(peer.sin_addr) ? StatusOr<Mac>(kThisHost)
+                                             : NextHopMac(attachment_->interface(), peer.sin_addr);
     if (!mac.ok()) return mac.status();
     if (!macs_.Pin(peer.sin_addr.s_addr, mac.value())) {
       return Status(StatusCode::kResourceExhausted, "af_xdp: an endpoint sends to at most " +
@@ -310,22 +308,11 @@ class AfXdpEndpoint final : public Endpoint {
     return Status::Ok();
   }
 
-  Status CheckPeer(const Address& peer) const override {
-    if (!IsLocalAddress(peer.sin_addr)) return Status::Ok();
-    return Status(StatusCode::kFailedPrecondition,
-                  "data address " + net::FormatAddress(peer) +
-                      " is on this switch's own host: its datagrams come through the kernel's "
-                      "loopback, which af_xdp does not see (run that worker on another host, "
-                      "or this switch with --transport udp)");
-  }
-
   Status SetHostLocalMulticast() override {
     return Status(StatusCode::kFailedPrecondition,
                   "af_xdp sends no multicast (results go by unicast)");
   }
-  int poll_fd() const override {
-    return epoll_fd_ >= 0 ? epoll_fd_ : xsk_socket__fd(queues_[0]->xsk);
-  }
+  int poll_fd() const override { return epoll_fd_; }
 
   void Reconfigure(const EndpointOptions& options) override {
     options_ = options;
@@ -334,9 +321,7 @@ class AfXdpEndpoint final : public Endpoint {
     // Room for a batch from the queues and one from the kernel socket.
     datagrams_.resize(2 * options_.receive_batch);
     sources_.resize(options_.receive_batch);
-    if (siblings_ > 1) {
-      kernel_batch_ = udp::RecvBatch(options_.receive_batch, options.max_datagram_bytes + 1);
-    }
+    kernel_batch_ = udp::RecvBatch(options_.receive_batch, options.max_datagram_bytes + 1);
   }
 
   std::string offload() const override {
@@ -437,13 +422,10 @@ class AfXdpEndpoint final : public Endpoint {
       if (n != 0) xsk_ring_cons__release(&q.rx, n);
     }
     if (n_queues > 1) next_queue_ = (next_queue_ + 1) % n_queues;
-    // Frames that came on a sibling's queue, through the kernel: read when
-    // the queues are idle, and every kKernelTurns-th call anyway. (Alone on
-    // the interface, the endpoint has every queue: the XDP program passes
-    // none of its port's frames.)
-    if (siblings_ > 1 && (count == 0 || ++kernel_turn_ % kKernelTurns == 0)) {
-      count = ReceiveFromKernel(count);
-    }
+    // The kernel socket's datagrams (from this host, through loopback, and
+    // frames that came on a sibling's queue): read when the queues are
+    // idle, and every kKernelTurns-th call anyway.
+    if (count == 0 || ++kernel_turn_ % kKernelTurns == 0) count = ReceiveFromKernel(count);
     counters_.received += count;
     return {datagrams_.data(), count};
   }
@@ -454,18 +436,31 @@ class AfXdpEndpoint final : public Endpoint {
   static constexpr uint64_t kNone = ~uint64_t{0};
   static constexpr uint32_t kKernelTurns = 8;
 
-  // The kernel socket's datagrams after the `count` from the queues.
+  // The kernel socket's datagrams after the `count` from the queues. A
+  // source without a MAC is resolved on the next Flush() (this host's own
+  // addresses: answered through the kernel too).
   size_t ReceiveFromKernel(size_t count) {
     const int n = kernel_batch_.Receive(port_holder_.fd());
     for (int k = 0; k < n; ++k) {
-      if (connected_ && !net::SameAddress(kernel_batch_.source(k), peer_)) {
+      const Address& source = kernel_batch_.source(k);
+      if (connected_ && !net::SameAddress(source, peer_)) {
         ++counters_.malformed;
         continue;
       }
-      datagrams_[count++] = Datagram{kernel_batch_.packet(k), &kernel_batch_.source(k)};
+      if (macs_.Find(source.sin_addr.s_addr) == nullptr) macs_.Miss(source.sin_addr.s_addr);
+      datagrams_[count++] = Datagram{kernel_batch_.packet(k), &source};
       ++counters_.kernel_path;
     }
     return count;
+  }
+
+  // A datagram to this host itself goes through the kernel (loopback): a
+  // frame put on the wire would never come back.
+  void SendThroughKernel(uint64_t frame, size_t bytes, const Address& dest) {
+    const ssize_t sent = sendto(port_holder_.fd(), Frame(frame) + kHeaderBytes, bytes, MSG_DONTWAIT,
+                                reinterpret_cast<const sockaddr*>(&dest), sizeof(dest));
+    free_tx_.push_back(frame);
+    ++(sent == ssize_t(bytes) ? counters_.sent : counters_.send_dropped);
   }
 
   Status OpenQueue(uint32_t id, uint32_t frames) {
@@ -543,6 +538,10 @@ class AfXdpEndpoint final : public Endpoint {
       ++counters_.send_dropped;
       return;
     }
+    if (*mac == kThisHost) {
+      SendThroughKernel(frame, bytes, dest);
+      return;
+    }
     if (xsk_ring_prod__reserve(&tx_, 1, &at) != 1) {
       Flush();
       if (xsk_ring_prod__reserve(&tx_, 1, &at) != 1) {
@@ -615,6 +614,10 @@ class AfXdpEndpoint final : public Endpoint {
     for (const uint32_t address : macs_.misses()) {
       in_addr peer{};
       peer.s_addr = address;
+      if (IsLocalAddress(peer)) {
+        macs_.Resolved(address, kThisHost);
+        continue;
+      }
       auto mac = NextHopMac(attachment_->interface(), peer, /*wait_ms=*/0);
       if (mac.ok()) macs_.Resolved(address, mac.value());
     }
@@ -625,8 +628,8 @@ class AfXdpEndpoint final : public Endpoint {
   std::shared_ptr<AfXdpTransport::Attachment> attachment_;
   uint32_t sibling_ = 0, siblings_ = 1;  // its share of the interface's queues
   bool share_taken_ = false;
-  // Keeps the port from other sockets, and receives the port's frames that
-  // the XDP program leaves to the kernel.
+  // Keeps the port from other sockets, and carries the port's datagrams that
+  // the XDP program leaves to the kernel, and those to this host.
   udp::UdpSocket port_holder_;
   udp::RecvBatch kernel_batch_{1, 1};
   uint32_t kernel_turn_ = 0;
@@ -635,9 +638,9 @@ class AfXdpEndpoint final : public Endpoint {
   EndpointOptions options_;
   uint32_t ring_size_ = kDefaultFrames;               // send frames; receive frames in all
   std::vector<std::unique_ptr<QueueSocket>> queues_;  // its receive queues, ascending
-  int epoll_fd_ = -1;      // their sockets (and with siblings, the kernel's), when several
-  size_t next_queue_ = 0;  // where Receive() starts
-  xsk_ring_prod tx_{};     // the first queue's socket's
+  int epoll_fd_ = -1;                                 // their sockets and the kernel's
+  size_t next_queue_ = 0;                             // where Receive() starts
+  xsk_ring_prod tx_{};                                // the first queue's socket's
   bool zero_copy_ = false;
   bool port_added_ = false;
   std::vector<uint64_t> free_tx_;
@@ -677,11 +680,11 @@ StatusOr<std::unique_ptr<Endpoint>> AfXdpTransport::Open(const Address& requeste
                            " combined " + std::to_string(kMaxQueues) + "`, or use --transport udp");
   }
   // The port, held by a kernel socket on the interface's address, which
-  // with siblings also receives (their queues' frames for this port).
+  // also carries the datagrams from and to this host (loopback) and those
+  // that come on a sibling's queue.
   Address local = requested;
   local.sin_addr = interface.value().address;
-  auto holder =
-      udp::UdpSocket::Bind(local, options.siblings > 1 ? options.socket_buffer_bytes : 4096);
+  auto holder = udp::UdpSocket::Bind(local, options.socket_buffer_bytes);
   if (!holder.ok()) return holder.status();
   local.sin_port = holder.value().LocalAddress().sin_port;
 

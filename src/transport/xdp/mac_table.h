@@ -15,6 +15,10 @@
 
 namespace switchml::transport::xdp {
 
+// The MAC of an address of this host: its datagrams go through the kernel
+// (loopback), since a frame put on the wire never comes back.
+inline constexpr Mac kThisHost{};
+
 class MacTable {
  public:
   // Learned MACs: kBuckets sets of kWays (an address only competes with the
