@@ -436,9 +436,10 @@ class AfXdpEndpoint final : public Endpoint {
   static constexpr uint64_t kNone = ~uint64_t{0};
   static constexpr uint32_t kKernelTurns = 8;
 
-  // The kernel socket's datagrams after the `count` from the queues. A
-  // source without a MAC is resolved on the next Flush() (this host's own
-  // addresses: answered through the kernel too).
+  // The kernel socket's datagrams after the `count` from the queues. (A
+  // reply to a source without a MAC misses, and the miss finds it: one of
+  // this host's addresses is answered through the kernel too. Nothing is
+  // looked up for a datagram that is never answered.)
   size_t ReceiveFromKernel(size_t count) {
     const int n = kernel_batch_.Receive(port_holder_.fd());
     for (int k = 0; k < n; ++k) {
@@ -447,7 +448,6 @@ class AfXdpEndpoint final : public Endpoint {
         ++counters_.malformed;
         continue;
       }
-      if (macs_.Find(source.sin_addr.s_addr) == nullptr) macs_.Miss(source.sin_addr.s_addr);
       datagrams_[count++] = Datagram{kernel_batch_.packet(k), &source};
       ++counters_.kernel_path;
     }
