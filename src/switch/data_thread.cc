@@ -106,12 +106,14 @@ clockid_t DataThread::cpu_clock() {
 }
 
 void DataThread::Run() {
-  pollfd fds[2] = {{endpoint_->poll_fd(), POLLIN, 0}, {commands_.fd(), POLLIN, 0}};
+  pollfd fds[3] = {{endpoint_->poll_fd(), POLLIN, 0},
+                   {commands_.fd(), POLLIN, 0},
+                   {endpoint_->extra_poll_fd(), POLLIN, 0}};  // -1 is ignored
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
     // While partial sums await an upstream result, wake for their timer.
     const bool awaiting = data_plane_.NextUpstreamScan() != Nanos::max();
-    poller_.Wait(fds, 2, std::chrono::milliseconds(awaiting ? 1 : 500));
+    poller_.Wait(fds, 3, std::chrono::milliseconds(awaiting ? 1 : 500));
     if ((fds[1].revents & POLLIN) || commands_.pending()) {
       for (auto& fn : commands_.Take()) fn();
     }

@@ -108,8 +108,11 @@ class Endpoint {
   }
   // Datagrams this endpoint sends to multicast groups stay on this host.
   virtual Status SetHostLocalMulticast() = 0;
-  // Readable (POLLIN) when Receive() may return datagrams.
+  // Readable (POLLIN) when Receive() may return datagrams, as is
+  // extra_poll_fd() where it is not -1 (af_xdp: its kernel socket, beside
+  // the AF_XDP socket, whose poll also drives its sends).
   virtual int poll_fd() const = 0;
+  virtual int extra_poll_fd() const { return -1; }
   // Replaces the buffers' options (all but socket_buffer_bytes), e.g. once
   // the packet size is known. Setup path: allocates; nothing may be queued.
   virtual void Reconfigure(const EndpointOptions& options) = 0;

@@ -253,18 +253,16 @@ class AfXdpEndpoint final : public Endpoint {
     for (uint32_t q = sibling_; q < uint32_t(i.rx_queues); q += siblings_) {
       if (Status s = OpenQueue(q, frames); !s.ok()) return s;
     }
-    // One descriptor for the thread's poll: readable when any queue is, or
-    // the kernel socket (datagrams from this host, and frames that came on
-    // a sibling's queue).
-    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
-    std::vector<int> fds{port_holder_.fd()};
-    for (const auto& q : queues_) fds.push_back(xsk_socket__fd(q->xsk));
-    for (const int fd : fds) {
-      epoll_event e{};
-      e.events = EPOLLIN;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &e) != 0) {
-        return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
+    if (queues_.size() > 1) {
+      // One descriptor for the thread's poll: readable when any queue is.
+      epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+      if (epoll_fd_ < 0) return Failed("creating an epoll set", errno, "raise the fd limit");
+      for (const auto& q : queues_) {
+        epoll_event e{};
+        e.events = EPOLLIN;
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, xsk_socket__fd(q->xsk), &e) != 0) {
+          return Failed("polling the AF_XDP sockets", errno, "raise the fd limit");
+        }
       }
     }
     // Send frames: the first queue's memory after its receive frames.
@@ -312,7 +310,13 @@ class AfXdpEndpoint final : public Endpoint {
     return Status(StatusCode::kFailedPrecondition,
                   "af_xdp sends no multicast (results go by unicast)");
   }
-  int poll_fd() const override { return epoll_fd_; }
+  // One queue's socket itself, whose poll (the threads' spin) also drives
+  // its sends in copy mode; several queues' through an epoll set.
+  int poll_fd() const override {
+    return epoll_fd_ >= 0 ? epoll_fd_ : xsk_socket__fd(queues_[0]->xsk);
+  }
+  // The kernel socket: datagrams from this host, and from siblings' queues.
+  int extra_poll_fd() const override { return port_holder_.fd(); }
 
   void Reconfigure(const EndpointOptions& options) override {
     options_ = options;
@@ -638,7 +642,7 @@ class AfXdpEndpoint final : public Endpoint {
   EndpointOptions options_;
   uint32_t ring_size_ = kDefaultFrames;               // send frames; receive frames in all
   std::vector<std::unique_ptr<QueueSocket>> queues_;  // its receive queues, ascending
-  int epoll_fd_ = -1;                                 // their sockets and the kernel's
+  int epoll_fd_ = -1;                                 // all queues' sockets, when several
   size_t next_queue_ = 0;                             // where Receive() starts
   xsk_ring_prod tx_{};                                // the first queue's socket's
   bool zero_copy_ = false;
