@@ -58,8 +58,8 @@ struct ContextConfig {
   // false: one system-call entry per datagram, for A/B runs.
   bool udp_offload = true;
   // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
-  // sockets, bypassing the kernel's UDP stack; needs root, threads = 1,
-  // elements_per_packet at most 512).
+  // sockets, bypassing the kernel's UDP stack; needs root, an interface
+  // with at least `threads` receive queues, elements_per_packet at most 512).
   std::string transport = "udp";
   // af_xdp: the network interface (empty: the one that faces the switch).
   std::string interface;

@@ -47,7 +47,8 @@ struct SwitchConfig {
   // super-datagrams (UDP_SEGMENT). false: one datagram per system-call entry.
   bool udp_offload = true;
   // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
-  // sockets; needs root, data_threads = 1 and, bound to 0.0.0.0, `interface`).
+  // sockets; needs root, an interface with at least data_threads receive
+  // queues and, bound to 0.0.0.0, `interface`).
   std::string transport = "udp";
   // af_xdp: the network interface (empty: the one holding bind_address).
   std::string interface;
