@@ -1,10 +1,12 @@
 // switchml-sim: one all-reduce job end to end in one process — a software
 // data plane and N worker engines over the simulated lossy network — and a
-// one-line verification against the exact sum.
+// one-line verification against the exact sum (or, with --json, one JSON
+// object with the counts that bench/sim_loss tabulates).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,136 +15,301 @@
 #include "quantize/quantize.h"
 #include "sim/sim_cluster.h"
 #include "switchml/version.h"
+#include "worker/window_sizer.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
-  app.option_defaults()->always_capture_default();  // --help shows every default
-  app.set_version_flag("--version", std::string("switchml-sim ") + SWITCHML_VERSION);
+namespace {
+
+using switchml::Nanos;
+
+struct Args {
   int workers = 8;
   std::string size = "4MiB";
   double loss = 0.01;
   uint64_t seed = 1;
   int elements = 256;
-  int slots = 128;
+  int slots = 0;
   double link_gbps = 0;
   double latency_us = 5;
+  double jitter_us = 1;
+  double reorder = 0;
+  double reorder_us = 50;
   int racks = 1;
   double upstream_gbps = 0;
   double upstream_latency_us = -1;
-  app.add_option("--workers", workers, "number of workers")->check(CLI::Range(1, 1024));
-  app.add_option("--size", size, "tensor size per worker (B, KiB, MiB, GiB)");
-  app.add_option("--loss", loss, "probability of losing each packet")->check(CLI::Range(0.0, 0.5));
-  app.add_option("--seed", seed, "seed for the inputs and the network");
-  app.add_option("--elements-per-packet", elements, "k: int32 values per packet")
+  int warmup = 2;
+  bool json = false;
+};
+
+void AddOptions(CLI::App& app, Args& a) {
+  app.add_option("--workers", a.workers, "number of workers")->check(CLI::Range(1, 1024));
+  app.add_option("--size", a.size, "tensor size per worker (B, KiB, MiB, GiB)");
+  app.add_option("--loss", a.loss, "probability of losing each packet")
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--seed", a.seed, "seed for the inputs and the network");
+  app.add_option("--elements-per-packet", a.elements, "k: int32 values per packet")
       ->check(
           CLI::Range(int(switchml::kMinElementsPerPacket), int(switchml::kMaxElementsPerPacket)));
-  app.add_option("--pool-slots", slots, "slots in the job's pool segment")
-      ->check(CLI::Range(1, 65535));
-  app.add_option("--link-gbps", link_gbps,
+  app.add_option("--pool-slots", a.slots,
+                 "slots in the job's pool segment; 0: sized for the link rate and latency "
+                 "(PoolSlotsForPath: the window plus room for loss recovery; 128 unlimited)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--link-gbps", a.link_gbps,
                  "every worker's link rate, each direction (Gbit/s); 0: unlimited")
       ->check(CLI::Range(0.0, 10000.0));
-  app.add_option("--latency-us", latency_us, "one-way delay of every transmission (microseconds)")
+  app.add_option("--latency-us", a.latency_us, "one-way delay of every transmission (microseconds)")
       ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--racks", racks,
+  app.add_option("--jitter-us", a.jitter_us,
+                 "plus a uniform delay up to this (microseconds); a link stays FIFO")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--reorder", a.reorder,
+                 "probability that a packet is held back by up to --reorder-us, so later ones "
+                 "overtake it (a multipath fabric)")
+      ->check(CLI::Range(0.0, 0.5));
+  app.add_option("--reorder-us", a.reorder_us, "the most a reordered packet is held back")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--racks", a.racks,
                  "2 or more: a tree (docs/design.md §10): the workers split into this many racks, "
                  "each with its own switch, under one root switch")
       ->check(CLI::Range(1, 1024));
-  app.add_option("--upstream-gbps", upstream_gbps,
+  app.add_option("--upstream-gbps", a.upstream_gbps,
                  "with --racks: each rack switch's link to the root (Gbit/s); 0: unlimited")
       ->check(CLI::Range(0.0, 10000.0));
-  app.add_option("--upstream-latency-us", upstream_latency_us,
+  app.add_option("--upstream-latency-us", a.upstream_latency_us,
                  "with --racks: one-way delay of a rack's link to the root; -1: --latency-us")
       ->check(CLI::Range(-1.0, 1e6));
+  app.add_option("--warmup", a.warmup,
+                 "all-reduces before the measured one: a job's first operation uses the slots "
+                 "every rank knows in advance; later ones, what the ranks measured")
+      ->check(CLI::Range(0, 100));
+  app.add_flag("--json", a.json, "print one JSON object instead of the text lines");
+}
+
+Nanos Micros(double us) { return Nanos(int64_t(us * 1e3)); }
+
+// The time the link alone needs: every packet of the tensor with its
+// framing, at the link rate, plus one round trip. 0 without a link rate.
+double FramingLimitSeconds(const Args& a, size_t count, uint32_t framing_bytes) {
+  if (a.link_gbps <= 0) return 0;
+  const double chunks = std::ceil(double(count) / a.elements);
+  const double wire = double(switchml::PacketBytes(uint16_t(a.elements)) + framing_bytes);
+  return chunks * wire * 8 / (a.link_gbps * 1e9) + 2 * a.latency_us * 1e-6;
+}
+
+switchml::SimClusterOptions ClusterOptions(const Args& a) {
+  switchml::SimClusterOptions o;
+  o.world_size = uint16_t(a.workers);
+  o.elements_per_packet = uint16_t(a.elements);
+  o.network.seed = a.seed;
+  o.network.loss = a.loss;
+  o.network.link_bits_per_second = uint64_t(a.link_gbps * 1e9);
+  o.network.latency = Micros(a.latency_us);
+  o.network.jitter = Micros(a.jitter_us);
+  o.network.reorder = a.reorder;
+  o.network.reorder_delay = Micros(a.reorder_us);
+  o.racks = uint16_t(a.racks);
+  o.network.upstream_link_bits_per_second = uint64_t(a.upstream_gbps * 1e9);
+  o.network.upstream_latency =
+      a.upstream_latency_us < 0 ? Nanos(-1) : Micros(a.upstream_latency_us);
+  uint32_t slots = uint32_t(a.slots);
+  if (slots == 0) {
+    const uint32_t wire =
+        uint32_t(switchml::PacketBytes(uint16_t(a.elements))) + o.network.framing_bytes;
+    slots = o.network.link_bits_per_second == 0
+                ? 128
+                : switchml::PoolSlotsForPath(o.network.link_bits_per_second,
+                                             2 * Micros(a.latency_us + a.jitter_us), wire);
+  }
+  o.pool_slots = uint16_t(slots);
+  o.data_plane.pool_slots = std::max<uint32_t>(o.data_plane.pool_slots, slots);
+  o.data_plane.max_workers = uint16_t(std::max(a.workers, 64));
+  o.data_plane.max_elements_per_packet = uint16_t(std::max(a.elements, 1024));
+  return o;
+}
+
+// Normal values whose scale changes from chunk to chunk, so that many
+// different block exponents are exercised.
+std::vector<std::vector<float>> MakeInputs(const Args& a, size_t count) {
+  std::mt19937_64 rng(a.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> in(a.workers, std::vector<float>(count));
+  for (auto& v : in) {
+    for (size_t i = 0; i < count; ++i) {
+      v[i] = normal(rng) * std::ldexp(1.0f, int((i / a.elements) % 16) - 8);
+    }
+  }
+  return in;
+}
+
+// What the measured operation cost: counts since the warm-up.
+struct Counts {
+  Nanos now{0};
+  switchml::SimNetworkCounters net;
+  uint64_t nacks_sent = 0;
+  uint64_t sent = 0, retransmissions = 0, nack_resends = 0;
+  uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0;
+
+  static Counts Of(switchml::SimCluster& c, int workers) {
+    Counts t;
+    t.now = c.network().now();
+    t.net = c.network().counters();
+    t.nacks_sent = c.data_plane().counters().nacks_sent;
+    for (int r = 0; r < workers; ++r) {
+      const switchml::WorkerEngineCounters e = c.worker(uint16_t(r)).counters();
+      t.sent += e.packets_sent;
+      t.retransmissions += e.retransmissions;
+      t.nack_resends += e.fast_retransmissions;
+      t.nacks_received += e.nacks_received;
+      t.nacks_ignored += e.nacks_ignored;
+      t.timeout_backoffs += e.timeout_backoffs;
+    }
+    return t;
+  }
+  Counts operator-(const Counts& b) const {
+    Counts d = *this;
+    d.now -= b.now;
+    d.net.transmissions -= b.net.transmissions;
+    d.net.lost -= b.net.lost;
+    d.net.retransmissions -= b.net.retransmissions;
+    d.net.spurious_retransmissions -= b.net.spurious_retransmissions;
+    d.nacks_sent -= b.nacks_sent;
+    d.sent -= b.sent;
+    d.retransmissions -= b.retransmissions;
+    d.nack_resends -= b.nack_resends;
+    d.nacks_received -= b.nacks_received;
+    d.nacks_ignored -= b.nacks_ignored;
+    d.timeout_backoffs -= b.timeout_backoffs;
+    return d;
+  }
+};
+
+struct Outcome {
+  switchml::FloatCheck worst;
+  bool identical = true;
+  double virtual_s = 0, wall_s = 0;
+  Counts counts;
+};
+
+void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome& o) {
+  const bool pass = o.worst.violations == 0 && o.identical;
+  const switchml::SimNetworkCounters& net = o.counts.net;
+  const Counts& t = o.counts;
+  const double limit = FramingLimitSeconds(a, count, c.network().options().framing_bytes);
+  if (a.json) {
+    nlohmann::json j = {
+        {"pass", pass},
+        {"workers", a.workers},
+        {"racks", a.racks},
+        {"size_bytes", count * 4},
+        {"elements_per_packet", a.elements},
+        {"pool_slots", c.assignment().pool_slots},
+        {"link_gbps", a.link_gbps},
+        {"latency_us", a.latency_us},
+        {"jitter_us", a.jitter_us},
+        {"reorder", a.reorder},
+        {"loss", a.loss},
+        {"seed", a.seed},
+        {"virtual_s", o.virtual_s},
+        {"framing_limit_s", limit},
+        {"ratio_to_framing_limit", limit > 0 ? o.virtual_s / limit : 0.0},
+        {"wall_s", o.wall_s},
+        {"warmup", a.warmup},
+        {"packets_sent", t.sent},
+        {"retransmissions", t.retransmissions},
+        {"nack_retransmissions", t.nack_resends},
+        {"spurious_retransmissions", net.spurious_retransmissions},
+        {"lost", net.lost},
+        {"transmissions", net.transmissions},
+        {"nacks_sent", t.nacks_sent},
+        {"switch_drops", c.data_plane().counters().TotalDrops()},
+        {"nacks_received", t.nacks_received},
+        {"nacks_ignored", t.nacks_ignored},
+        {"timeout_backoffs", t.timeout_backoffs},
+        {"max_abs_error", o.worst.max_abs_error},
+        {"elements_over_bound", o.worst.violations},
+        {"ranks_identical", o.identical},
+    };
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf(
+      "%s: %d workers%s all-reduced %zu float32 (%.1f MiB) at %.1f%% loss: max |error| %.3g "
+      "(bound %.3g there), %zu elements over their bound, ranks bitwise identical: %s; "
+      "%llu packets sent, %llu retransmissions (%llu spurious), %llu lost; %.3f s virtual, "
+      "%.2f s wall\n",
+      pass ? "PASS" : "FAIL", a.workers,
+      a.racks > 1 ? (" in " + std::to_string(a.racks) + " racks").c_str() : "", count,
+      double(count) * 4 / (1 << 20), a.loss * 100, o.worst.max_abs_error, o.worst.bound_at_max,
+      o.worst.violations, o.identical ? "yes" : "no", (unsigned long long)t.sent,
+      (unsigned long long)t.retransmissions, (unsigned long long)net.spurious_retransmissions,
+      (unsigned long long)net.lost, o.virtual_s, o.wall_s);
+  if (limit > 0) {
+    std::printf("link %.3g Gbit/s: %.3f ms virtual, %.2fx the framing limit (%.3f ms)\n",
+                a.link_gbps, o.virtual_s * 1e3, o.virtual_s / limit, limit * 1e3);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
+  app.set_version_flag("--version", std::string("switchml-sim ") + SWITCHML_VERSION);
+  Args a;
+  AddOptions(app, a);
   CLI11_PARSE(app, argc, argv);
-  if (racks > workers) {
-    std::fprintf(stderr, "--racks=%d exceeds --workers=%d; every rack needs a worker\n", racks,
-                 workers);
+  if (a.racks > a.workers) {
+    std::fprintf(stderr, "--racks=%d exceeds --workers=%d; every rack needs a worker\n", a.racks,
+                 a.workers);
     return 2;
   }
-
-  const uint64_t bytes = switchml::bench::ParseSize(size);
+  const uint64_t bytes = switchml::bench::ParseSize(a.size);
   if (bytes < 4) {
-    std::fprintf(stderr, "--size=%s is not a size of at least 4 bytes (try 4MiB)\n", size.c_str());
+    std::fprintf(stderr, "--size=%s is not a size of at least 4 bytes (try 4MiB)\n",
+                 a.size.c_str());
     return 2;
   }
   const size_t count = bytes / 4;
-
-  switchml::SimClusterOptions options;
-  options.world_size = uint16_t(workers);
-  options.elements_per_packet = uint16_t(elements);
-  options.pool_slots = uint16_t(slots);
-  options.network.seed = seed;
-  options.network.loss = loss;
-  options.network.link_bits_per_second = uint64_t(link_gbps * 1e9);
-  options.network.latency = std::chrono::nanoseconds(int64_t(latency_us * 1e3));
-  options.racks = uint16_t(racks);
-  options.network.upstream_link_bits_per_second = uint64_t(upstream_gbps * 1e9);
-  options.network.upstream_latency =
-      std::chrono::nanoseconds(int64_t(upstream_latency_us < 0 ? -1 : upstream_latency_us * 1e3));
-  options.data_plane.max_workers = uint16_t(std::max(workers, 64));
-  options.data_plane.max_elements_per_packet = uint16_t(std::max(elements, 1024));
-  auto cluster = switchml::SimCluster::Create(options);
+  auto cluster = switchml::SimCluster::Create(ClusterOptions(a));
   if (!cluster.ok()) {
     std::fprintf(stderr, "error: %s\n", cluster.status().ToString().c_str());
     return 2;
   }
+  switchml::SimCluster& c = *cluster.value();
 
-  // Inputs: normal values whose scale changes from chunk to chunk, so that
-  // many different block exponents are exercised.
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<std::vector<float>> in(workers, std::vector<float>(count));
-  std::vector<std::vector<float>> out(workers, std::vector<float>(count));
-  for (auto& v : in) {
-    for (size_t i = 0; i < count; ++i) {
-      v[i] = normal(rng) * std::ldexp(1.0f, int((i / elements) % 16) - 8);
-    }
-  }
+  const std::vector<std::vector<float>> in = MakeInputs(a, count);
+  std::vector<std::vector<float>> out(a.workers, std::vector<float>(count));
   std::vector<switchml::SimRankOp> ops;
   std::vector<const float*> inputs;
-  for (int r = 0; r < workers; ++r) {
+  for (int r = 0; r < a.workers; ++r) {
     ops.push_back({in[r].data(), out[r].data(), count, switchml::DType::kFloat32});
     inputs.push_back(in[r].data());
   }
-
+  for (int w = 0; w < a.warmup; ++w) {
+    const std::vector<switchml::Status> status = c.AllReduce(ops);
+    for (int r = 0; r < a.workers; ++r) {
+      if (!status[r].ok()) {
+        std::fprintf(stderr, "rank %d failed (warm-up): %s\n", r, status[r].ToString().c_str());
+        return 1;
+      }
+    }
+  }
+  const Counts before = Counts::Of(c, a.workers);
   const auto wall_start = std::chrono::steady_clock::now();
-  const std::vector<switchml::Status> status = cluster.value()->AllReduce(ops);
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  for (int r = 0; r < workers; ++r) {
+  const std::vector<switchml::Status> status = c.AllReduce(ops);
+  Outcome o;
+  o.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  for (int r = 0; r < a.workers; ++r) {
     if (!status[r].ok()) {
       std::fprintf(stderr, "rank %d failed: %s\n", r, status[r].ToString().c_str());
       return 1;
     }
   }
-
-  auto& c = *cluster.value();
   // Rank 0 against the exact sum (each check costs workers x count), every
   // other rank bitwise against rank 0.
-  const switchml::FloatCheck worst =
-      switchml::CheckFloatAllReduce(inputs, out[0].data(), count, uint16_t(elements));
-  bool identical = true;
-  for (int r = 1; r < workers; ++r) identical = identical && out[r] == out[0];
-  uint64_t sent = 0, retransmissions = 0;
-  for (int r = 0; r < workers; ++r) {
-    sent += c.worker(uint16_t(r)).counters().packets_sent;
-    retransmissions += c.worker(uint16_t(r)).counters().retransmissions;
-  }
-  const double virtual_s = std::chrono::duration<double>(c.network().now()).count();
-  std::printf(
-      "%s: %d workers%s all-reduced %zu float32 (%.1f MiB) at %.1f%% loss: max |error| %.3g "
-      "(bound %.3g there), %zu elements over their bound, ranks bitwise identical: %s; "
-      "%llu packets sent, %llu retransmissions, %llu lost; %.3f s virtual, %.2f s wall\n",
-      worst.violations == 0 && identical ? "PASS" : "FAIL", workers,
-      racks > 1 ? (" in " + std::to_string(racks) + " racks").c_str() : "", count,
-      double(count) * 4 / (1 << 20), loss * 100, worst.max_abs_error, worst.bound_at_max,
-      worst.violations, identical ? "yes" : "no", (unsigned long long)sent,
-      (unsigned long long)retransmissions, (unsigned long long)c.network().counters().lost,
-      virtual_s, wall);
-  if (link_gbps > 0) {
-    // In-network aggregation sends and receives the tensor once per worker.
-    std::printf("link %.3g Gbit/s: %.3f ms virtual, %.2fx the size over the link rate\n", link_gbps,
-                virtual_s * 1e3, virtual_s / (double(bytes) * 8 / (link_gbps * 1e9)));
-  }
-  return worst.violations == 0 && identical ? 0 : 1;
+  o.worst = switchml::CheckFloatAllReduce(inputs, out[0].data(), count, uint16_t(a.elements));
+  for (int r = 1; r < a.workers; ++r) o.identical = o.identical && out[r] == out[0];
+  o.counts = Counts::Of(c, a.workers) - before;
+  o.virtual_s = std::chrono::duration<double>(o.counts.now).count();
+  Report(a, count, c, o);
+  return o.worst.violations == 0 && o.identical ? 0 : 1;
 }

@@ -109,18 +109,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t before = world->data_plane.counters().packets;
   const Verdict v = world->data_plane.Process(bytes, out);
   if (world->data_plane.counters().packets != before + 1 || v.out_bytes > out.size()) std::abort();
-  // Overdue upstream contributions: well-formed packets of the upstream's job.
-  std::vector<uint8_t> upstream(PacketBytes(64));
-  for (Verdict r; (r = world->data_plane.NextUpstreamResend(Nanos(world->now), upstream)).action !=
-                  Action::kDrop;) {
-    PacketView resent;
-    if (r.action != Action::kSendUpstream ||
-        DecodePacket({upstream.data(), r.out_bytes}, &resent) != DecodeError::kOk ||
-        resent.header.job != 20 || resent.header.rank != 1) {
+  // What the timers send: NACKs naming only ranks the job has (and serves
+  // here), and overdue upstream contributions, well-formed packets of the
+  // upstream's job.
+  std::vector<uint8_t> timed(PacketBytes(64));
+  for (Verdict r;
+       (r = world->data_plane.NextTimerPacket(Nanos(world->now), timed)).action != Action::kDrop;) {
+    PacketView sent;
+    if (DecodePacket({timed.data(), r.out_bytes}, &sent) != DecodeError::kOk) std::abort();
+    if (r.action == Action::kNackToMissing || r.action == Action::kNackToAll) {
+      const uint32_t job = sent.header.job;
+      const uint32_t served = job == 7 ? 0b111u : job == 12 ? 0b1u : job == 9 ? 0b101u : 0u;
+      const uint32_t lost = LoadBe32(sent.payload), behind = LoadBe32(sent.payload + 4);
+      if (sent.header.type != MessageType::kNack || sent.header.element_count != 2 || served == 0 ||
+          ((lost | behind) & ~served) != 0 || (lost & behind) != 0 || (lost | behind) == 0) {
+        std::abort();
+      }
+    } else if (r.action != Action::kSendUpstream || sent.header.job != 20 ||
+               sent.header.rank != 1) {
       std::abort();
     }
   }
-
   // The handler: from one of the registered ports (the first byte picks it),
   // every packet is counted once, and a job without a book never changes state.
   const uint64_t switch_before = world->switch_plane.counters().packets;
@@ -130,6 +139,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (world->switch_plane.counters().packets != switch_before + 1 ||
       world->switch_plane.JobCounters(JobId(13)).contributions != contributions_13) {
     std::abort();
+  }
+  while (world->handler.SendTimerPacket(Nanos(world->now), world->handler_out, world->replies)) {
   }
 
   if (world->engine->broken())

@@ -318,5 +318,115 @@ TEST(DataPlaneConfigTest, ValidationNamesTheBadValue) {
   EXPECT_FALSE(DataPlane::Create(c).ok());
 }
 
+// The NACK (docs/wire-format.md, "Loss recovery"): a slot that stays
+// incomplete past the job's spread of arrivals is NACKed, first to every
+// rank, then to the missing ones alone; a missing rank whose newer chunk
+// came is named as lost, one that sent nothing newer as behind.
+TEST_F(DataPlaneTest, AStalledSlotIsNackedNamingItsMissingRanks) {
+  Register(1, 4);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 3, 3, 1, 10, {1, 1, 1, 1});  // rank 3's chunk 9 never came, its chunk 10 did
+  Send(1, 0, 2, 1, 9, {1, 1, 1, 1});
+  Send(1, 2, 2, 1, 9, {1, 1, 1, 1});
+  const Nanos due = dp_->NextTimer();
+  ASSERT_NE(due, Nanos::max());
+  EXPECT_GT(due, Nanos(1000));
+  EXPECT_EQ(dp_->NextTimerPacket(due - Nanos(1), out_).action, Action::kDrop);  // not yet
+  // Both stalled slots come due: slot 3 (ranks 0-2 missing, all behind) and
+  // slot 2, the one this test follows.
+  auto nack_of_slot_2 = [&](Nanos at) {
+    Verdict found;
+    std::vector<int32_t> values;
+    for (Verdict v; (v = dp_->NextTimerPacket(at, out_)).action != Action::kDrop;) {
+      Keep(v);
+      if (v.slot == 2) found = v, values = OutValues();
+    }
+    last_bytes_ = found.out_bytes;
+    return std::make_pair(found, values);
+  };
+  const auto [v, values] = nack_of_slot_2(due);
+  ASSERT_EQ(v.action, Action::kNackToAll);  // the first one: the others wait
+  EXPECT_EQ(v.job, 1u);
+  // Lost: rank 3 (its newer chunk came). Behind: rank 1.
+  EXPECT_EQ(values, (std::vector<int32_t>{0b1000, 0b0010}));
+  std::vector<uint8_t> nack(out_.begin(), out_.begin() + long(v.out_bytes));
+  PacketView view;
+  ASSERT_EQ(DecodePacket(nack, &view), DecodeError::kOk);
+  EXPECT_EQ(view.header.type, MessageType::kNack);
+  EXPECT_EQ(view.header.chunk, 9u);
+  EXPECT_EQ(view.header.slot, 2);
+  EXPECT_EQ(view.header.version, 1);
+  EXPECT_EQ(view.header.rank, kAllRanks);
+  EXPECT_TRUE(NackNames(nack, 1));
+  EXPECT_TRUE(NackNames(nack, 3));
+  EXPECT_FALSE(NackNames(nack, 0));
+  EXPECT_EQ(dp_->counters().nacks_sent, 2u);
+  EXPECT_EQ(dp_->JobCounters(JobId(1)).nacks_sent, 2u);
+  // The next NACK waits longer, and goes to the missing ranks only.
+  const Nanos again = dp_->NextTimer();
+  EXPECT_GT(again - due, due - Nanos(1000));
+  const auto [later, later_values] = nack_of_slot_2(again);
+  EXPECT_EQ(later.action, Action::kNackToMissing);
+  EXPECT_EQ(later_values, (std::vector<int32_t>{0b1000, 0b0010}));
+  // Once ranks 1 and 3 come slot 2 completes and is NACKed no more.
+  EXPECT_EQ(Send(1, 1, 2, 1, 9, {1, 1, 1, 1}).action, Action::kDrop);
+  ASSERT_EQ(Send(1, 3, 2, 1, 9, {1, 1, 1, 1}).action, Action::kSendToAll);
+  EXPECT_EQ(nack_of_slot_2(Nanos::max() / 2).first.action, Action::kDrop);
+}
+
+TEST_F(DataPlaneTest, ARetransmissionToAStalledSlotNacksTheMissingRanksAtOnce) {
+  Register(1, 2);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 0, 0, 4, {1, 1, 1, 1});
+  const Nanos due = dp_->NextTimer();
+  // Rank 0's timer fired: it gets its pending reply, and rank 1 its NACK.
+  EXPECT_EQ(Send(1, 0, 0, 0, 4, {1, 1, 1, 1}).action, Action::kPendingToSender);
+  EXPECT_EQ(dp_->NextTimer(), Nanos(1000));
+  const Verdict v = Keep(dp_->NextTimerPacket(Nanos(1000), out_));
+  ASSERT_EQ(v.action, Action::kNackToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b00, 0b10}));  // rank 1, behind
+  EXPECT_LT(Nanos(1000), due);
+}
+
+TEST_F(DataPlaneTest, ANackSentToTheSwitchIsDroppedAsNotAContribution) {
+  Register(1, 2);
+  std::vector<uint8_t> nack = Packet(1, 0, 0, 0, 0, {1});
+  nack[3] = uint8_t(MessageType::kNack);
+  EXPECT_EQ(dp_->Process(nack, out_).reason, DropReason::kNotContribution);
+  nack[4] = 0x7F;  // and for a job the switch does not hold
+  EXPECT_EQ(dp_->Process(nack, out_).reason, DropReason::kNotContribution);
+  EXPECT_EQ(dp_->counters().drops[size_t(DropReason::kNotContribution)], 2u);
+  EXPECT_EQ(dp_->counters().contributions, 0u);
+}
+
+// In a tree, a NACK from the upstream makes the rack switch send its
+// partial sum again at once, and a NACK for anything else is dropped.
+TEST_F(DataPlaneTest, AnUpstreamNackResendsThePartialSumThatAwaits) {
+  JobRegistration share{JobId(2), 2, kK, 0, 4};
+  share.upstream = UpstreamLink{JobId(40), 1, std::chrono::milliseconds(50)};
+  ASSERT_TRUE(dp_->RegisterJob(share).ok());
+  Send(2, 0, 1, 0, 6, {1, 2, 3, 4});
+  ASSERT_EQ(Send(2, 1, 1, 0, 6, {1, 1, 1, 1}).action, Action::kSendUpstream);
+  PacketHeader h;
+  h.type = MessageType::kNack;
+  h.job = 40;
+  h.chunk = 6;
+  h.rank = kAllRanks;
+  h.slot = 1;
+  h.element_count = 1;
+  std::vector<uint8_t> nack(PacketBytes(1));
+  EncodeHeader(h, nack);
+  StoreBe32(&nack[kHeaderBytes], 0b10);
+  const Verdict v = Keep(dp_->Process(nack, out_));
+  ASSERT_EQ(v.action, Action::kSendUpstream);
+  EXPECT_EQ(OutHeader().type, MessageType::kContribution);
+  EXPECT_EQ(OutHeader().job, 40u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 3, 4, 5}));
+  EXPECT_EQ(dp_->counters().upstream_resent, 1u);
+  h.chunk = 7;  // not what awaits
+  EncodeHeader(h, nack);
+  EXPECT_EQ(dp_->Process(nack, out_).reason, DropReason::kStaleChunk);
+}
+
 }  // namespace
 }  // namespace switchml

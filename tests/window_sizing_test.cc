@@ -126,8 +126,12 @@ RunResult TwoAllReduces(const SimClusterOptions& options) {
   return run;
 }
 
-// Sending every packet of one worker's tensor over its link, back to back.
-double LinkSeconds() { return double(kCount / kK) * double(PacketBytes(kK)) * 8 / double(kRate); }
+// Sending every packet of one worker's tensor over its link, back to back,
+// each with its framing (UDP, IP, Ethernet, preamble and gap).
+double LinkSeconds() {
+  const double wire = double(PacketBytes(kK) + SimNetworkOptions{}.framing_bytes);
+  return double(kCount / kK) * wire * 8 / double(kRate);
+}
 
 TEST(SimWindowSizing, MeasuredWindowRunsAtLinkRateWithAboutTwiceTheBdpInFlight) {
   const RunResult run = TwoAllReduces(RateLimited({0}));

@@ -238,47 +238,110 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
   EXPECT_FALSE(e.switch_silent());
 }
 
-// Issue 14.7: a lost packet is resent as soon as the results of three later
-// transmissions are back, long before its timeout, and only once per round.
-TEST(WorkerEngine, LostPacketIsResentWhenLaterResultsOvertakeIt) {
-  auto sw = SwitchWithJob(1, 8);
-  WorkerEngine e(Config(1, 0, 8));
-  RecordingSink sink;
-  std::vector<int32_t> x(8 * 32), y(x.size());
+// A lost contribution goes again as soon as the switch NACKs its rank, long
+// before its timeout; the rank the NACK does not name sends nothing.
+TEST(WorkerEngine, ANackResendsTheLostPacketAtOnceAndOnlyFromTheRankItNames) {
+  auto sw = SwitchWithJob(2, 8);
+  WorkerEngine e0(Config(2, 0, 8)), e1(Config(2, 1, 8));
+  RecordingSink s0, s1;
+  std::vector<int32_t> x(8 * 32), y0(x.size()), y1(x.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i);
-  bool done = false;
-  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
-                 EXPECT_TRUE(s.ok());
-                 done = true;
-               }).ok());
-  e.OnTimer(Nanos(0), sink);
-  ASSERT_EQ(sink.sent.size(), 8u);
-  const std::vector<uint8_t> lost = sink.sent[0];  // slot 0's packet never arrives
-  std::vector<uint8_t> out(PacketBytes(32));
-  const Nanos now(10000);  // 10 us: far below the 1 ms timeout
-  auto answer = [&](size_t i) {
-    const Verdict v = sw->Process(sink.sent[i], out);
-    ASSERT_EQ(v.action, Action::kSendToAll);
-    e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+  int done = 0;
+  auto finish = [&](OpId, const Status& s) {
+    EXPECT_TRUE(s.ok());
+    ++done;
   };
-  answer(1);
-  answer(2);
-  EXPECT_EQ(e.counters().fast_retransmissions, 0u);
-  const size_t before = sink.sent.size();
-  answer(3);  // the third later result: slot 0 goes again, unchanged
-  EXPECT_EQ(e.counters().fast_retransmissions, 1u);
-  ASSERT_GT(sink.sent.size(), before);
-  size_t resent = 0;
-  for (size_t i = before; i < sink.sent.size(); ++i) resent += sink.sent[i] == lost;
-  EXPECT_EQ(resent, 1u);
-  // More results do not send it a third time before its timer.
-  for (size_t i = 4; i < 8; ++i) answer(i);
-  EXPECT_EQ(e.counters().fast_retransmissions, 1u);
-  // Run to the end with every packet delivered.
-  for (size_t i = 8; !done && i < sink.sent.size(); ++i) answer(i);
-  EXPECT_TRUE(done);
-  EXPECT_EQ(y, x);
-  EXPECT_EQ(e.counters().retransmissions, 1u);
+  ASSERT_TRUE(e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, finish).ok());
+  ASSERT_TRUE(e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok());
+  Nanos now(0);
+  e0.OnTimer(now, s0);
+  e1.OnTimer(now, s1);
+  ASSERT_EQ(s0.sent.size(), 8u);
+  ASSERT_EQ(s1.sent.size(), 8u);
+  std::vector<uint8_t> out(PacketBytes(32));
+  // Delivers what the engines sent from index d0/d1 on, and what the switch
+  // answers, except rank 0's first packet (slot 0 of the descriptor round).
+  size_t d0 = 1, d1 = 0;
+  auto deliver = [&](Verdict v) {
+    const std::span<const uint8_t> p(out.data(), v.out_bytes);
+    if (v.action == Action::kSendToAll) {
+      e0.OnPacket(p, now, s0);
+      e1.OnPacket(p, now, s1);
+    } else if (v.action == Action::kNackToAll) {
+      e0.OnPacket(p, now, s0);
+      e1.OnPacket(p, now, s1);
+    } else if (v.action == Action::kNackToMissing || v.action == Action::kPendingToSender ||
+               v.action == Action::kReplyToSender) {
+      const bool nack = v.action == Action::kNackToMissing;
+      const bool to0 = nack ? NackNames(p, 0) : v.rank == 0;
+      const bool to1 = nack ? NackNames(p, 1) : v.rank == 1;
+      if (to0) e0.OnPacket(p, now, s0);
+      if (to1) e1.OnPacket(p, now, s1);
+    }
+  };
+  auto pump = [&] {
+    sw->AdvanceClock(now);
+    while (d0 < s0.sent.size() || d1 < s1.sent.size()) {
+      if (d1 < s1.sent.size()) deliver(sw->Process(s1.sent[d1++], out));
+      if (d0 < s0.sent.size()) deliver(sw->Process(s0.sent[d0++], out));
+    }
+  };
+  now = Nanos(2000);
+  pump();
+  EXPECT_EQ(done, 0);  // slot 0 waits for rank 0
+  EXPECT_EQ(e0.counters().retransmissions, 0u);
+  // The switch's timer NACKs rank 0 as lost (its newer packets came), long
+  // before the 1 ms timeout; rank 1 hears it too and waits.
+  now = sw->NextTimer();
+  ASSERT_LT(now, milliseconds(1));
+  for (Verdict v; (v = sw->NextTimerPacket(now, out)).action != Action::kDrop;) {
+    ASSERT_EQ(v.action, Action::kNackToAll);
+    EXPECT_EQ(LoadBe32(&out[kHeaderBytes]), 1u);      // lost: rank 0
+    EXPECT_EQ(LoadBe32(&out[kHeaderBytes + 4]), 0u);  // behind: none
+    deliver(v);
+  }
+  EXPECT_EQ(e0.counters().nacks_received, 1u);
+  EXPECT_EQ(e1.counters().nacks_received, 1u);
+  EXPECT_EQ(e0.counters().fast_retransmissions, 1u);
+  EXPECT_EQ(e1.counters().retransmissions, 0u);
+  ASSERT_EQ(s0.sent.size(), 9u);
+  EXPECT_EQ(s0.sent[8], s0.sent[0]);  // the same bytes again
+  pump();
+  EXPECT_EQ(done, 2);
+  EXPECT_EQ(y0, y1);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y0[i], 2 * x[i]) << i;
+  EXPECT_EQ(e0.counters().retransmissions, 1u);
+  EXPECT_EQ(e1.counters().retransmissions, 0u);
+}
+
+// What is not a NACK for this rank's outstanding slot changes nothing.
+TEST(WorkerEngine, ANackForAnotherJobOrOfTheWrongSizeIsCountedAndIgnored) {
+  WorkerEngine e(Config(2, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(4 * 32), y(x.size());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  e.OnTimer(Nanos(0), sink);
+  const PacketHeader sent = HeaderOf(sink.sent[0]);
+  PacketHeader h = sent;
+  h.type = MessageType::kNack;
+  h.rank = kAllRanks;
+  h.element_count = 2;
+  std::vector<uint8_t> nack(PacketBytes(2));
+  StoreBe32(&nack[kHeaderBytes], 0b01);  // rank 0's packet was lost
+  h.job = sent.job + 1;                  // forged: another job
+  EncodeHeader(h, nack);
+  e.OnPacket(nack, milliseconds(2), sink);
+  h.job = sent.job;
+  h.element_count = 1;  // not the job's two bitmaps
+  std::vector<uint8_t> narrow(PacketBytes(1));
+  EncodeHeader(h, narrow);
+  StoreBe32(&narrow[kHeaderBytes], 0b01);
+  e.OnPacket(narrow, milliseconds(2), sink);
+  EXPECT_EQ(e.counters().wrong_job_or_rank, 1u);
+  EXPECT_EQ(e.counters().invalid, 1u);
+  EXPECT_EQ(e.counters().nacks_received, 0u);
+  EXPECT_EQ(e.counters().retransmissions, 0u);
+  EXPECT_EQ(sink.sent.size(), 4u);
 }
 
 TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {

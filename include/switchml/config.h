@@ -31,7 +31,9 @@ struct ContextConfig {
   // Packets in flight (split over threads); 0: sized from the measured round
   // trip and delivery rate (twice the bandwidth-delay product).
   uint32_t window_slots = 0;
-  uint32_t retransmit_timeout_us = 2000;        // first retransmission of a lost packet
+  uint32_t retransmit_timeout_us = 2000;        // first retransmission, before a round trip
+                                                // was measured
+  uint32_t min_retransmit_timeout_us = 20;      // floor of the measured timeout
   uint32_t max_retransmit_timeout_us = 200000;  // back-off cap
   uint32_t failure_timeout_ms = 10000;          // no progress for this long fails the job
   uint32_t join_timeout_ms = 60000;             // wait this long for all ranks to join

@@ -471,7 +471,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid() ||
                 hdr.switchml.magic != SWITCHML_MAGIC ||
                 hdr.switchml.wire_version != SWITCHML_WIRE_VERSION ||
-                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PENDING ||
+                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_NACK ||
                 hdr.switchml.element_count > SWITCHML_MAX_ELEMENTS ||
                 hdr.udp.length != md.expected_udp_length ||
                 (hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {

@@ -49,8 +49,12 @@ const Field kFields[] = {
     {"window_slots",
      "packets in flight; 0: twice the measured bandwidth-delay product (at most pool_slots)",
      nullptr, &ContextConfig::window_slots, 0, 65535},
-    {"retransmit_timeout_us", "first retransmission timeout (microseconds)", nullptr,
+    {"retransmit_timeout_us",
+     "retransmission timeout before a round trip was measured (microseconds)", nullptr,
      &ContextConfig::retransmit_timeout_us, 10, kMaxMs},
+    {"min_retransmit_timeout_us",
+     "floor of the retransmission timeout measured from the round trip (microseconds)", nullptr,
+     &ContextConfig::min_retransmit_timeout_us, 1, kMaxMs},
     {"max_retransmit_timeout_us", "retransmission back-off cap (microseconds)", nullptr,
      &ContextConfig::max_retransmit_timeout_us, 10, kMaxMs},
     {"failure_timeout_ms", "no progress for this long fails the job (milliseconds)", nullptr,
@@ -169,6 +173,11 @@ Status ContextConfig::Validate() const {
   if (retransmit_timeout_us > max_retransmit_timeout_us) {
     return InvalidArgument(
         "retransmit_timeout_us=" + std::to_string(retransmit_timeout_us) +
+        " exceeds max_retransmit_timeout_us=" + std::to_string(max_retransmit_timeout_us));
+  }
+  if (min_retransmit_timeout_us > max_retransmit_timeout_us) {
+    return InvalidArgument(
+        "min_retransmit_timeout_us=" + std::to_string(min_retransmit_timeout_us) +
         " exceeds max_retransmit_timeout_us=" + std::to_string(max_retransmit_timeout_us));
   }
   if (uint64_t(failure_timeout_ms) * 1000 <= max_retransmit_timeout_us) {

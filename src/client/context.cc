@@ -352,6 +352,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
       e.window =
           uint16_t(std::min<uint64_t>(e.pool_slots, ThreadShare(window, t, config.threads).size()));
       e.retransmit_timeout = std::chrono::microseconds(config.retransmit_timeout_us);
+      e.min_retransmit_timeout = std::chrono::microseconds(config.min_retransmit_timeout_us);
       e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
       e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
       e.non_finite_error = config.non_finite_error;

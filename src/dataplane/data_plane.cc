@@ -6,6 +6,17 @@
 #include "quantize/quantize.h"
 
 namespace switchml {
+namespace {
+
+// A stalled slot's first NACK comes after the job's arrival spread, at least
+// this long (a spread of 0 would NACK packets still on the wire) ...
+constexpr Nanos kNackMinDelay = std::chrono::nanoseconds(500);
+// ... and further ones after twice the previous wait, this many times, then
+// after an eighth of the stall's age, at most kNackMaxDelay.
+constexpr int kNackDoublings = 6;
+constexpr Nanos kNackMaxDelay = std::chrono::milliseconds(100);
+
+}  // namespace
 
 const char* DropReasonName(DropReason r) {
   switch (r) {
@@ -97,7 +108,128 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   awaits_upstream_.assign(slots, 0);
   upstream_tries_.assign(slots, 0);
   upstream_sent_at_.assign(slots, Nanos(0));
+  first_at_.assign(slots, Nanos(0));
+  nack_tries_.assign(slots, 0);
+  nack_due_.assign(slots, Nanos(0));
+  // Each aggregation is watched once at a time, and a watch outlives its
+  // aggregation until it falls due: twice the slots covers both.
+  stall_capacity_ = 2 * slots;
+  stalls_.reserve(stall_capacity_);
   jobs_.resize(config.max_jobs);
+}
+
+Nanos DataPlane::JobEntry::NackDelay() const {
+  return std::clamp(spread + 4 * spread_dev, kNackMinDelay, kNackMaxDelay);
+}
+
+void DataPlane::WatchStall(JobEntry& job, size_t slot, Nanos delay) {
+  if (stalls_.size() == stall_capacity_) return;  // the workers' timers still recover it
+  nack_due_[slot] = now_ + delay;                 // supersedes any earlier watch of the slot
+  stalls_.push_back({nack_due_[slot], uint32_t(slot), chunk_[slot], uint32_t(&job - jobs_.data())});
+  std::push_heap(stalls_.begin(), stalls_.end(), std::greater<>());
+}
+
+void DataPlane::SampleSpread(JobEntry& job, size_t slot) {
+  // Karn's rule: a NACKed slot's completion measures the recovery, not the
+  // spread.
+  if (nack_tries_[slot] != 0) return;
+  const Nanos sample = now_ - first_at_[slot];
+  if (job.spread == Nanos(0) && job.spread_dev == Nanos(0)) {
+    job.spread = sample;
+    job.spread_dev = sample / 2;
+    return;
+  }
+  const Nanos error = job.spread > sample ? job.spread - sample : sample - job.spread;
+  job.spread_dev = (job.spread_dev * 3 + error) / 4;
+  job.spread = (job.spread * 7 + sample) / 8;
+}
+
+size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
+                            std::span<uint8_t> out) const {
+  // Payload: two bitmaps of the missing ranks (of those served here) as
+  // 32-bit words, rank r in word r/32, bit r%32: first those whose newer
+  // chunk came (this one was lost), then the others (behind, or lost too).
+  const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
+  PacketHeader h;
+  h.type = MessageType::kNack;
+  h.job = job.reg.id.value();
+  h.chunk = chunk_[slot];
+  h.rank = kAllRanks;
+  h.slot = job_slot;
+  h.element_count = uint16_t(2 * words);
+  h.version = version;
+  EncodeHeader(h, out);
+  const uint64_t* seen = &seen_[slot * bitmap_words_];
+  uint8_t* dst = out.data() + kHeaderBytes;
+  for (uint16_t w = 0; w < words; ++w) {
+    const uint16_t first_rank = uint16_t(32 * w);
+    const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
+    uint32_t served = ranks == 32 ? ~0u : (1u << ranks) - 1;
+    if (!job.local_mask.empty()) served &= uint32_t(job.local_mask[w / 2] >> (32 * (w % 2)));
+    const uint32_t missing = ~uint32_t(seen[w / 2] >> (32 * (w % 2))) & served;
+    uint32_t lost = 0;
+    for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
+      const int b = __builtin_ctz(bits);
+      if (job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
+    }
+    StoreBe32(dst + 4 * w, lost);
+    StoreBe32(dst + 4 * (words + w), missing & ~lost);
+  }
+  return PacketBytes(uint16_t(2 * words));
+}
+
+Verdict DataPlane::NextNack(std::span<uint8_t> out) {
+  while (!stalls_.empty() && stalls_.front().due <= now_) {
+    std::pop_heap(stalls_.begin(), stalls_.end(), std::greater<>());
+    const StallWatch w = stalls_.back();
+    stalls_.pop_back();
+    JobEntry& job = jobs_[w.job];
+    const size_t slot = w.slot;
+    // Watches superseded, or of slots that completed, moved on or left with
+    // their job.
+    if (w.due != nack_due_[slot] || !job.active || remaining_[slot] == 0 ||
+        chunk_[slot] != w.chunk) {
+      continue;
+    }
+    const uint32_t pool_slot = uint32_t(slot % config_.pool_slots);
+    if (pool_slot < job.reg.pool_base || pool_slot >= job.reg.pool_base + job.reg.pool_slots) {
+      continue;  // the table entry now holds another job
+    }
+    const auto version = uint8_t(slot / config_.pool_slots);
+    const auto job_slot = uint16_t(pool_slot - job.reg.pool_base);
+    // Again after twice the wait, a few times; a slot stalled for longer (a
+    // rank that is late rather than lost: paused, or not started yet) after
+    // an eighth of its age, so such a rank gets a NACK per slot a number of
+    // times that grows with the log of its delay, never more than every
+    // kNackMaxDelay.
+    if (nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
+    const Nanos age = now_ - first_at_[slot];
+    WatchStall(job, slot,
+               std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
+                        kNackMaxDelay));
+    ++counters_.nacks_sent;
+    ++job.counters.nacks_sent;
+    return Verdict{nack_tries_[slot] == 1 ? Action::kNackToAll : Action::kNackToMissing,
+                   DropReason::kNone,
+                   kAllRanks,
+                   job.reg.world_size,
+                   WriteNack(job, slot, version, job_slot, out),
+                   job.reg.id.value(),
+                   job_slot};
+  }
+  return Verdict{};
+}
+
+Verdict DataPlane::NextTimerPacket(Nanos now, std::span<uint8_t> out) {
+  AdvanceClock(now);
+  const Verdict nack = NextNack(out);
+  if (nack.action != Action::kDrop) return nack;
+  return NextUpstreamResend(now, out);
+}
+
+Nanos DataPlane::NextTimer() const {
+  const Nanos nack = stalls_.empty() ? Nanos::max() : stalls_.front().due;
+  return std::min(nack, NextUpstreamScan());
 }
 
 void DataPlane::ResetSegment(uint32_t base, uint32_t count) {
@@ -169,6 +301,10 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.reg = job;
   entry.counters = DataPlaneCounters{};
   entry.expected = job.local_ranks.empty() ? job.world_size : uint16_t(job.local_ranks.size());
+  entry.spread = entry.spread_dev = Nanos(0);
+  entry.newest_chunk.assign(job.world_size, 0);
+  entry.sent_any.assign(job.world_size, 0);
+
   entry.local_mask.clear();
   if (!job.local_ranks.empty()) {
     entry.local_mask.assign(bitmap_words_, 0);
@@ -314,6 +450,19 @@ Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
   // keeps asking.
   if (h.type == MessageType::kPending) return Verdict{};
   const JobRegistration& reg = job.reg;
+  if (h.type == MessageType::kNack) {
+    // The upstream misses this switch's partial sum: send it again now, if
+    // it is the one that awaits (else the NACK is stale or forged).
+    if (h.slot >= reg.pool_slots) return Drop(&job, DropReason::kSlotOutOfRange);
+    const size_t slot = SlotIndexOf(h.version, reg.pool_base + h.slot);
+    if (!awaits_upstream_[slot] || h.chunk != chunk_[slot]) {
+      return Drop(&job, DropReason::kStaleChunk);
+    }
+    if (upstream_tries_[slot] < 255) ++upstream_tries_[slot];
+    ++counters_.upstream_resent;
+    ++job.counters.upstream_resent;
+    return WriteUpstream(job, slot, h.version, h.slot, out);
+  }
   if (h.rank != kAllRanks && h.rank != reg.upstream->rank) {
     return Drop(&job, DropReason::kRankOutOfRange);
   }
@@ -403,6 +552,10 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     return Drop(job, DropReason::kBadExponent);
   }
 
+  if (!job->sent_any[h.rank] || ChunkBefore(job->newest_chunk[h.rank], h.chunk)) {
+    job->newest_chunk[h.rank] = h.chunk;
+    job->sent_any[h.rank] = 1;
+  }
   const uint8_t v = h.version;
   const size_t slot = SlotIndexOf(v, reg.pool_base + h.slot);
   const size_t other = SlotIndexOf(v ^ 1, reg.pool_base + h.slot);
@@ -418,6 +571,9 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
       return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, reg.world_size,
                      WriteResult(*job, slot, h.rank, v, h.slot, out)};
     }
+    // The sender's timer fired: the slot stalled. NACK its missing ranks
+    // at the next timer, unless it awaits the upstream (which has its own).
+    if (!awaits_upstream_[slot] && nack_due_[slot] > now_) WatchStall(*job, slot, Nanos(0));
     ++counters_.pending_replies;
     ++job->counters.pending_replies;
     return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, reg.world_size,
@@ -461,6 +617,9 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     exponent_[slot] = h.exponent;
     max_next_exponent_[slot] = h.next_exponent;
     remaining_[slot] = uint16_t(job->expected - 1);
+    first_at_[slot] = now_;
+    nack_tries_[slot] = 0;
+    if (remaining_[slot] != 0) WatchStall(*job, slot, job->NackDelay());
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
     AddBigEndian(src, k, acc);
@@ -470,6 +629,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   ++counters_.contributions;
   ++job->counters.contributions;
   if (remaining_[slot] != 0) return Verdict{Action::kDrop, DropReason::kNone, h.rank, 0, 0};
+  SampleSpread(*job, slot);
 
   if (reg.upstream) {
     awaits_upstream_[slot] = 1;

@@ -18,6 +18,11 @@
 // "awaits" and NextUpstreamResend() resends it on a timer, so a lost upstream
 // packet is recovered without the workers.
 //
+// A slot that stalls (some ranks contributed, others did not within the
+// job's usual spread of arrivals) is NACKed: NextTimerPacket() names the
+// missing ranks to them alone, so only they resend (docs/wire-format.md,
+// "Loss recovery"). The delay adapts to the spread it measures per job.
+//
 // No I/O: the caller hands in packet bytes and sends what Process() returns.
 // Thread safety: none. One thread owns a DataPlane (shard the pool across
 // threads by giving each its own DataPlane).
@@ -67,7 +72,11 @@ enum class Action : uint8_t {
   kReplyToSender,    // send the result in `out` to the contributing rank only
   kSendToAll,        // send the result in `out` to every rank of the job
   kPendingToSender,  // send the kPending packet in `out` to the contributing rank
-  kSendUpstream      // send the contribution in `out` to the job's upstream switch
+  kSendUpstream,     // send the contribution in `out` to the job's upstream switch
+  kNackToMissing,    // send the kNack packet in `out` to each rank its payload
+                     // bitmaps name (in a tree's root: each rack switch)
+  kNackToAll         // the same kNack to every rank of the job: a slot's first
+                     // NACK also tells the ranks it does not name to wait
 };
 
 // Why a packet was dropped. Each has a counter.
@@ -98,8 +107,9 @@ struct Verdict {
   uint16_t rank = 0;        // the contributing rank (destination for *ToSender)
   uint16_t world_size = 0;  // destinations 0..world_size-1 for kSendToAll
   size_t out_bytes = 0;     // bytes written to `out` (0 for kDrop)
-  uint32_t job = 0;         // kSendUpstream: the local id of the job it belongs to
-  uint16_t slot = 0;        // kSendUpstream: the job slot (whose worker thread's route it takes)
+  uint32_t job = 0;         // kSendUpstream, kNack*: the job (its local id)
+  uint16_t slot = 0;        // kSendUpstream, kNack*: the job slot (whose worker
+                            // thread's route it takes)
 };
 
 struct DataPlaneCounters {
@@ -113,6 +123,9 @@ struct DataPlaneCounters {
   uint64_t upstream_sent = 0;
   uint64_t upstream_resent = 0;
   uint64_t upstream_results = 0;
+  // Stalled slots whose missing ranks were sent a kNack (each NACK counts once,
+  // however many ranks it names).
+  uint64_t nacks_sent = 0;
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 
@@ -144,6 +157,8 @@ inline constexpr EventCounter kEventCounters[] = {
      "partial sums sent again to the upstream switch (its result was overdue)"},
     {"upstream_results", &DataPlaneCounters::upstream_results,
      "results taken from the upstream switch"},
+    {"nacks_sent", &DataPlaneCounters::nacks_sent,
+     "stalled slots whose missing ranks were told to resend (kNack)"},
 };
 // The first ones, which every data plane counts; the rest only a switch with
 // an upstream (a tree; the P4 programs have none).
@@ -184,6 +199,15 @@ class DataPlane {
   // Whether any job here has an upstream (only then do the two above matter).
   bool has_upstream() const { return !upstream_jobs_.empty(); }
 
+  // Hot path: the next packet a timer sends at `now`, written into `out`: a
+  // kNack for a stalled slot (kNackToAll the first time, so that the ranks
+  // that did contribute wait instead of resending; kNackToMissing after), or an
+  // overdue upstream contribution (kSendUpstream); kDrop when none is due.
+  // Call until kDrop, at NextTimer() or later (earlier is harmless).
+  Verdict NextTimerPacket(Nanos now, std::span<uint8_t> out);
+  // When NextTimerPacket() next has work; Nanos::max() when nothing waits.
+  Nanos NextTimer() const;
+
   // Hot path. Processes one received packet; writes any packet to send into
   // `out`. REQUIRES: out.size() >= PacketBytes(config().max_elements_per_packet).
   Verdict Process(std::span<const uint8_t> packet, std::span<uint8_t> out);
@@ -205,6 +229,21 @@ class DataPlane {
     DataPlaneCounters counters;
     uint16_t expected = 0;             // contributions that complete a slot here
     std::vector<uint64_t> local_mask;  // bitmap of reg.local_ranks; empty: every rank
+    // The spread of a slot's arrivals (first contribution to completion) in
+    // slots that needed no NACK: its mean and mean deviation, as RFC 6298
+    // smooths a round trip. A slot incomplete for longer is stalled.
+    Nanos spread{0};
+    Nanos spread_dev{0};
+    // Per rank: the newest chunk id it sent (where sent_any). A rank sends
+    // in chunk order over a FIFO link, so one whose newer chunk came lost the
+    // stalled one; one that sent nothing newer may only be behind.
+    std::vector<uint32_t> newest_chunk;
+    std::vector<uint8_t> sent_any;
+    bool SentNewer(uint16_t rank, uint32_t chunk) const {
+      return sent_any[rank] && ChunkBefore(chunk, newest_chunk[rank]);
+    }
+
+    Nanos NackDelay() const;
     bool IsLocal(uint16_t rank) const {
       return local_mask.empty() || (local_mask[rank / 64] >> (rank % 64) & 1) != 0;
     }
@@ -227,6 +266,14 @@ class DataPlane {
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
                       std::span<uint8_t> out) const;
   void ResetSegment(uint32_t base, uint32_t count);
+  // A slot started aggregating (or was found stalled again): its NACK falls
+  // due after `delay`.
+  void WatchStall(JobEntry& job, size_t slot, Nanos delay);
+  void SampleSpread(JobEntry& job, size_t slot);
+  // The next due NACK, or kDrop.
+  Verdict NextNack(std::span<uint8_t> out);
+  size_t WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
+                   std::span<uint8_t> out) const;
 
   DataPlaneConfig config_;
   size_t bitmap_words_;  // 64-bit words per seen-bitmap
@@ -243,6 +290,20 @@ class DataPlane {
   std::vector<uint8_t> awaits_upstream_;
   std::vector<uint8_t> upstream_tries_;
   std::vector<Nanos> upstream_sent_at_;
+  std::vector<Nanos> first_at_;      // when the current aggregation's first contribution came
+  std::vector<uint8_t> nack_tries_;  // NACKs sent for the current aggregation
+  std::vector<Nanos> nack_due_;      // when the slot's live watch falls due
+  // Aggregations that may stall, a min-heap by due time (never reallocated:
+  // reserved at construction; a full heap watches no more until it drains).
+  struct StallWatch {
+    Nanos due;
+    uint32_t slot;   // SlotIndexOf(version, pool slot)
+    uint32_t chunk;  // the aggregation it watches; stale once the slot moved on
+    uint32_t job;    // table entry
+    bool operator>(const StallWatch& o) const { return due > o.due; }
+  };
+  std::vector<StallWatch> stalls_;
+  size_t stall_capacity_;
   uint32_t awaiting_ = 0;  // slots that await, over all jobs
   Nanos now_{0};
   Nanos next_scan_{0};

@@ -50,6 +50,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.pool_slots = a->pool_slots;
     config.window = o.windows[o.windows.size() == 1 ? 0 : r];
     config.retransmit_timeout = o.retransmit_timeout;
+    config.min_retransmit_timeout = std::min(o.min_retransmit_timeout, o.max_retransmit_timeout);
     config.max_retransmit_timeout = o.max_retransmit_timeout;
     config.failure_timeout = o.failure_timeout;
     config.non_finite_error = o.non_finite_error;

@@ -21,6 +21,9 @@ struct SimClusterOptions {
   // every rank, or one per rank.
   std::vector<uint16_t> windows = {0};
   Nanos retransmit_timeout{std::chrono::microseconds(200)};
+  // The floor of the measured timeout: a datacenter's round trips take
+  // microseconds (WorkerEngineConfig::min_retransmit_timeout).
+  Nanos min_retransmit_timeout{std::chrono::microseconds(5)};
   Nanos max_retransmit_timeout{std::chrono::milliseconds(20)};
   Nanos failure_timeout{std::chrono::seconds(1)};
   bool non_finite_error = false;  // WorkerEngineConfig::non_finite_error

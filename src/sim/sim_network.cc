@@ -53,6 +53,9 @@ SimNetwork::SimNetwork(const SimTopology& topology, std::vector<WorkerEngine*> w
       silent_from_(workers_.size(), Nanos::max()),
       uplink_free_(workers_.size() + racks_.size(), Nanos(0)),
       downlink_free_(workers_.size() + racks_.size(), Nanos(0)),
+      uplink_last_(workers_.size() + racks_.size(), Nanos(0)),
+      downlink_last_(workers_.size() + racks_.size(), Nanos(0)),
+      exchanges_(workers_.size()),
       options_(options),
       rng_(options.seed) {
   rack_of_worker_.resize(workers_.size(), 0);
@@ -85,9 +88,31 @@ void SimNetwork::Push(Event e) {
   events_.push(std::move(e));
 }
 
+uint8_t* SimNetwork::TrackExchange(size_t rank, bool up, std::span<const uint8_t> bytes) {
+  constexpr uint8_t kSent = 1, kLost = 2;
+  constexpr uint32_t kMaxTrackedChunk = 1u << 26;  // far beyond any simulated job
+  if (bytes.size() < kHeaderBytes) return nullptr;
+  const auto type = MessageType(bytes[3]);
+  const uint32_t chunk = LoadBe32(&bytes[8]);
+  if (chunk >= kMaxTrackedChunk) return nullptr;
+  // Results to this rank matter (a lost one calls for a resend); pending
+  // replies and NACKs do not.
+  if (up ? type != MessageType::kContribution : type != MessageType::kResult) return nullptr;
+  std::vector<uint8_t>& chunks = exchanges_[rank];
+  if (chunks.size() <= chunk) chunks.resize(std::max<size_t>(2 * chunks.size(), chunk + 1), 0);
+  uint8_t& flags = chunks[chunk];
+  if (up && (flags & kSent)) {
+    ++counters_.retransmissions;
+    if (!(flags & kLost)) ++counters_.spurious_retransmissions;
+  }
+  if (up) flags |= kSent;
+  return &flags;
+}
+
 void SimNetwork::Transmit(int dest, size_t link, bool up, std::span<const uint8_t> bytes) {
   ++counters_.transmissions;
   const bool rack_link = link >= workers_.size();
+  uint8_t* exchange = rack_link ? nullptr : TrackExchange(link, up, bytes);
   Nanos departs = now_;
   const uint64_t rate = rack_link && options_.upstream_link_bits_per_second > 0
                             ? options_.upstream_link_bits_per_second
@@ -95,12 +120,14 @@ void SimNetwork::Transmit(int dest, size_t link, bool up, std::span<const uint8_
   if (rate > 0) {
     // Serialized behind what the link already carries; lost packets too.
     Nanos& free = up ? uplink_free_[link] : downlink_free_[link];
-    const auto wire = Nanos(int64_t(double(bytes.size()) * 8e9 / double(rate)));
+    const auto wire =
+        Nanos(int64_t(double(bytes.size() + options_.framing_bytes) * 8e9 / double(rate)));
     free = std::max(free, now_) + wire;
     departs = free;
   }
   if (Uniform() < options_.loss) {
     ++counters_.lost;
+    if (exchange != nullptr) *exchange |= 2;  // TrackExchange's kLost
     return;
   }
   const Nanos latency = rack_link && options_.upstream_latency >= Nanos(0)
@@ -108,14 +135,17 @@ void SimNetwork::Transmit(int dest, size_t link, bool up, std::span<const uint8_
                             : options_.latency;
   const int copies = Uniform() < options_.duplicate ? 2 : 1;
   counters_.duplicated += copies - 1;
+  Nanos& last = up ? uplink_last_[link] : downlink_last_[link];
   for (int c = 0; c < copies; ++c) {
-    Nanos delay =
-        (departs - now_) + latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
+    Nanos arrives = departs + latency + Nanos(int64_t(Uniform() * double(options_.jitter.count())));
     if (Uniform() < options_.reorder) {
-      ++counters_.reordered;
-      delay += Nanos(int64_t(Uniform() * double(options_.reorder_delay.count())));
+      ++counters_.reordered;  // held back: later packets of the link overtake it
+      arrives += Nanos(int64_t(Uniform() * double(options_.reorder_delay.count())));
+    } else {
+      arrives = std::max(arrives, last);  // jitter never reorders a FIFO link
+      last = arrives;
     }
-    Push(Event{now_ + delay, 0, dest, false, std::vector<uint8_t>(bytes.begin(), bytes.end())});
+    Push(Event{arrives, 0, dest, false, std::vector<uint8_t>(bytes.begin(), bytes.end())});
   }
 }
 
@@ -127,7 +157,7 @@ void SimNetwork::ScheduleTimer(uint16_t rank) {
 }
 
 void SimNetwork::ScheduleSwitchTimer(size_t s) {
-  const Nanos at = SwitchAt(s).NextUpstreamScan();
+  const Nanos at = SwitchAt(s).NextTimer();
   if (at == Nanos::max() || at >= switch_timer_at_[s]) return;
   switch_timer_at_[s] = std::max(at, now_);
   Push(Event{switch_timer_at_[s], 0, SwitchNode(s), true, {}});
@@ -156,6 +186,20 @@ void SimNetwork::Forward(size_t s, const Verdict& v) {
         for (uint16_t r : ranks_of_rack_[s]) Transmit(r, r, false, out);
       }
       break;
+    case Action::kNackToAll:
+    case Action::kNackToMissing: {
+      // The payload's bitmaps name the destinations (racks, at the root).
+      const size_t members = IsRoot(s) ? racks : workers_.size();
+      for (uint16_t r = 0; r < v.world_size && r < members; ++r) {
+        if (v.action == Action::kNackToMissing && !NackNames(out, r)) continue;
+        if (IsRoot(s)) {
+          Transmit(SwitchNode(r), workers_.size() + r, false, out);
+        } else {
+          Transmit(r, r, false, out);
+        }
+      }
+      break;
+    }
     case Action::kSendUpstream:
       if (root_ != nullptr && !IsRoot(s))
         Transmit(SwitchNode(racks), workers_.size() + s, true, out);
@@ -183,7 +227,7 @@ Nanos SimNetwork::Run(Nanos until) {
         switch_timer_at_[s] = Nanos::max();
         for (Verdict v;
              !Silent(e.dest) &&
-             (v = SwitchAt(s).NextUpstreamResend(now_, switch_out_)).action != Action::kDrop;) {
+             (v = SwitchAt(s).NextTimerPacket(now_, switch_out_)).action != Action::kDrop;) {
           Forward(s, v);
         }
       } else if (Silent(e.dest)) {
@@ -194,8 +238,12 @@ Nanos SimNetwork::Run(Nanos until) {
       }
       // A timer stops when no worker has anything left to wait for (a root
       // that is gone would otherwise keep the racks retrying forever).
-      const auto busy = [](WorkerEngine* w) { return w->NextDeadline() != Nanos::max(); };
-      if (!Silent(e.dest) && (!e.timer || std::any_of(workers_.begin(), workers_.end(), busy))) {
+      // (A silenced worker waits for nothing any more.)
+      bool busy = false;
+      for (size_t r = 0; r < workers_.size() && !busy; ++r) {
+        busy = !Silent(int(r)) && workers_[r]->NextDeadline() != Nanos::max();
+      }
+      if (!Silent(e.dest) && (!e.timer || busy)) {
         ScheduleSwitchTimer(s);
       }
       continue;

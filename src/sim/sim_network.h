@@ -28,12 +28,18 @@ struct SimNetworkOptions {
   double duplicate = 0.0;  // probability that a transmission arrives twice
   double reorder = 0.0;    // probability that a transmission is held back by up to reorder_delay
   Nanos latency{std::chrono::microseconds(5)};  // one-way delay of every transmission
-  Nanos jitter{std::chrono::microseconds(1)};   // plus uniform [0, jitter)
+  // Plus uniform [0, jitter): queueing that varies, but never reorders
+  // packets on one link (a link is a FIFO); only `reorder` does.
+  Nanos jitter{std::chrono::microseconds(1)};
   Nanos reorder_delay{std::chrono::microseconds(50)};
   // Rate of every worker's link, each direction a FIFO that serializes
-  // packets at this rate before the latency (the switch's own ports are
-  // never the bottleneck); 0: no limit.
+  // packets at this rate before the latency; 0: no limit. The link's far
+  // end is the switch's port for that worker: each port has its own link,
+  // and the switch forwards between them without delay.
   uint64_t link_bits_per_second = 0;
+  // Bytes each packet costs on the wire besides the switchml datagram:
+  // UDP 8, IPv4 20, Ethernet 14 + FCS 4, preamble 8 and inter-frame gap 12.
+  uint32_t framing_bytes = 66;
   // In a tree: the rate of each rack switch's link to the root, each
   // direction (0: no limit), and its one-way delay (negative: `latency`).
   uint64_t upstream_link_bits_per_second = 0;
@@ -48,6 +54,11 @@ struct SimNetworkCounters {
   uint64_t duplicated = 0;
   uint64_t reordered = 0;
   uint64_t delivered = 0;
+  // Contributions a worker put on the wire again (same rank and chunk), and
+  // of them those whose earlier transmissions, and the results for them,
+  // all arrived: resends that no loss called for.
+  uint64_t retransmissions = 0;
+  uint64_t spurious_retransmissions = 0;
 };
 
 // Which switch each worker talks to, and what sits above the switches.
@@ -84,6 +95,7 @@ class SimNetwork {
 
   Nanos now() const { return now_; }
   const SimNetworkCounters& counters() const { return counters_; }
+  const SimNetworkOptions& options() const { return options_; }
 
  private:
   // Nodes: rank r >= 0, rack switch s is -1 - s, the root -1 - racks.
@@ -109,6 +121,9 @@ class SimNetwork {
   // link to the root) toward node `dest`. `up`: the direction away from the
   // workers.
   void Transmit(int dest, size_t link, bool up, std::span<const uint8_t> bytes);
+  // Notes what a worker's link carries for the spurious-resend count.
+  // Returns a flag byte of (rank, chunk) to mark lost, or null.
+  uint8_t* TrackExchange(size_t rank, bool up, std::span<const uint8_t> bytes);
   void Push(Event e);
   void ScheduleTimer(uint16_t rank);
   void ScheduleSwitchTimer(size_t s);
@@ -128,6 +143,9 @@ class SimNetwork {
   std::vector<Nanos> switch_timer_at_;              // per switch (racks, then the root)
   std::vector<Nanos> silent_from_;                  // per rank, or max
   std::vector<Nanos> uplink_free_, downlink_free_;  // per link: when it is idle again
+  std::vector<Nanos> uplink_last_, downlink_last_;  // per link: its latest arrival (FIFO)
+  // Per rank, per chunk id: kSent, kLost (see TrackExchange).
+  std::vector<std::vector<uint8_t>> exchanges_;
   Nanos switch_silent_from_ = Nanos::max();
   Nanos root_silent_from_ = Nanos::max();
   SimNetworkOptions options_;

@@ -111,17 +111,17 @@ void DataThread::Run() {
                    {endpoint_->extra_poll_fd(), POLLIN, 0}};  // -1 is ignored
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
-    // While partial sums await an upstream result, wake for their timer.
-    const bool awaiting = data_plane_.NextUpstreamScan() != Nanos::max();
-    poller_.Wait(fds, 3, std::chrono::milliseconds(awaiting ? 1 : 500));
+    // While a slot may stall or a partial sum awaits its upstream result,
+    // wake for their timers.
+    const bool timers = data_plane_.NextTimer() != Nanos::max();
+    poller_.Wait(fds, 3, std::chrono::milliseconds(timers ? 1 : 500));
     if ((fds[1].revents & POLLIN) || commands_.pending()) {
       for (auto& fn : commands_.Take()) fn();
     }
-    // In a tree only: the time stamps the partial sums this round sends
-    // upstream, and overdue ones go again after it.
-    const bool tree = data_plane_.has_upstream();
-    const Nanos now = tree ? std::chrono::steady_clock::now().time_since_epoch() : Nanos(0);
-    if (tree) data_plane_.AdvanceClock(now);
+    // The time stamps the slots this round starts and the partial sums it
+    // sends upstream; what is due goes after it.
+    const Nanos now = std::chrono::steady_clock::now().time_since_epoch();
+    data_plane_.AdvanceClock(now);
     // A bounded number of batches, so commands never wait long under load.
     for (int round = 0; round < 64; ++round) {
       const std::span<const transport::Datagram> batch = endpoint_->Receive();
@@ -134,16 +134,16 @@ void DataThread::Run() {
       }
       endpoint_->Flush();
     }
-    if (tree) ResendUpstream(now);
+    if (data_plane_.NextTimer() <= now) SendTimerPackets(now);
   }
 }
 
-void DataThread::ResendUpstream(Nanos now) {
+void DataThread::SendTimerPackets(Nanos now) {
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   for (bool more = true; more;) {
     size_t used = 0;
     while (used < kMaxReceived &&
-           (more = handler_.ResendUpstream(now, {&out_[used * out_bytes], out_bytes}, *this))) {
+           (more = handler_.SendTimerPacket(now, {&out_[used * out_bytes], out_bytes}, *this))) {
       ++used;
     }
     if (used > 0) endpoint_->Flush();

@@ -76,8 +76,9 @@ class DataThread : private ReplySink {
   // Runs `fn` on the data thread (or inline once stopped) and waits for it.
   void Execute(const std::function<void()>& fn);
   void Run();
-  // Sends the upstream contributions whose results are overdue at `now`.
-  void ResendUpstream(Nanos now);
+  // Sends what the data plane's timers have due at `now`: NACKs of stalled
+  // slots, upstream contributions whose results are overdue.
+  void SendTimerPackets(Nanos now);
   void Send(std::span<const uint8_t> datagram, const sockaddr_in& to) override {
     endpoint_->SendRef(datagram, to);
   }

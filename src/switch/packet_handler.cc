@@ -122,7 +122,15 @@ void PacketHandler::Deliver(Book& book, uint16_t thread, const Verdict& v,
   }
   const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
   const std::span<const uint8_t> reply(out.data(), length);
-  if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
+  if (v.action == Action::kNackToMissing || v.action == Action::kNackToAll) {
+    // To the ranks the bitmaps name (all served here: the data plane names
+    // no others), or to every rank served here.
+    for (uint16_t r = 0; r < v.world_size; ++r) {
+      if (v.action == Action::kNackToMissing && !NackNames(out, r)) continue;
+      const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
+      if (to.sin_port != 0) sink.Send(reply, to);
+    }
+  } else if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
     sink.Send(reply, book.result_groups[thread]);
   } else if (v.action == Action::kSendToAll) {
     // In a tree the book has addresses for the ranks served here only; the
@@ -144,11 +152,14 @@ PacketHandler::Book* PacketHandler::FindByUpstream(uint32_t upstream_job) {
   return nullptr;
 }
 
-bool PacketHandler::ResendUpstream(Nanos now, std::span<uint8_t> out, ReplySink& sink) {
-  const Verdict v = data_plane_->NextUpstreamResend(now, out);
-  if (v.action != Action::kSendUpstream) return false;
+bool PacketHandler::SendTimerPacket(Nanos now, std::span<uint8_t> out, ReplySink& sink) {
+  const Verdict v = data_plane_->NextTimerPacket(now, out);
+  if (v.action == Action::kDrop) return false;
   Book& book = books_[v.job % books_.size()];
-  if (!book.active || book.id != v.job || !book.upstream) return false;
+  // A job whose book is gone (or not yet there): nothing to address, but
+  // the data plane may have more.
+  if (!book.active || book.id != v.job) return true;
+  if (v.action == Action::kSendUpstream && !book.upstream) return true;
   Deliver(book, book.thread_of_slot[v.slot], v, nullptr, out, sink);
   return true;
 }

@@ -70,9 +70,11 @@ class PacketHandler {
   // the sink has sent it.
   bool Handle(std::span<const uint8_t> packet, const sockaddr_in& source, std::span<uint8_t> out,
               ReplySink& sink);
-  // Hot path. Writes the next overdue upstream contribution at `now` into
-  // `out` and gives it to `sink`; false when none is overdue.
-  bool ResendUpstream(Nanos now, std::span<uint8_t> out, ReplySink& sink);
+  // Hot path. Writes the next packet a timer sends at `now` (a NACK to the
+  // ranks missing from a stalled slot, or an overdue upstream contribution)
+  // into `out` and gives it to `sink`; false when none is due. True with
+  // nothing sent where the job's book is gone: call again.
+  bool SendTimerPacket(Nanos now, std::span<uint8_t> out, ReplySink& sink);
 
  private:
   struct Book {

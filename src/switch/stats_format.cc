@@ -44,7 +44,7 @@ std::string FormatTable(const control::v1::StatsReply& s) {
     const auto& c = j.counters();
     std::snprintf(buf, sizeof(buf),
                   "  %-20s id %-6u %s %u/%u ranks, %u slots%s: packets %llu, completed %llu, "
-                  "resent %llu, pending %llu\n",
+                  "resent %llu, pending %llu, nacks %llu\n",
                   j.job_name().c_str(), j.job_id(),
                   j.ended()    ? "ended  "
                   : j.active() ? "active "
@@ -52,7 +52,8 @@ std::string FormatTable(const control::v1::StatsReply& s) {
                   j.joined(), j.world_size(), j.pool_slots(),
                   j.result_multicast() ? ", results by multicast" : "",
                   (unsigned long long)c.packets(), (unsigned long long)c.slots_completed(),
-                  (unsigned long long)c.results_resent(), (unsigned long long)c.pending_replies());
+                  (unsigned long long)c.results_resent(), (unsigned long long)c.pending_replies(),
+                  (unsigned long long)c.nacks_sent());
     out += buf;
     if (c.upstream_sent() != 0) {  // a rack switch's share of a tree's job
       std::snprintf(buf, sizeof(buf), "      upstream: sent %llu, resent %llu, results %llu\n",

@@ -54,6 +54,8 @@ enum class MessageType : uint8_t {
   kResult = 2,        // switch -> worker(s): the aggregated k values
   kPending = 3,       // switch -> worker: the slot is not complete yet; the
                       // payload is a bitmap of the ranks that contributed
+  kNack = 4,          // switch -> the ranks missing from a stalled slot: resend;
+                      // the payload is a bitmap of the missing ranks
 };
 
 struct PacketHeader {
@@ -131,6 +133,16 @@ inline uint32_t LoadBe32(const uint8_t* p) {
 inline void StoreBe32(uint8_t* p, uint32_t v) {
   v = ToBigEndian32(v);
   std::memcpy(p, &v, 4);
+}
+
+// Whether the kNack packet `nack` names `rank` in either of its bitmaps
+// (its packet was lost, or it is behind). REQUIRES: a validated packet
+// (its element_count words, two bitmaps, lie in `nack`).
+inline bool NackNames(std::span<const uint8_t> nack, uint16_t rank) {
+  const size_t words = (size_t(nack[16]) << 8 | nack[17]) / 2;  // per bitmap
+  if (rank / 32 >= words) return false;
+  const uint8_t* word = nack.data() + kHeaderBytes + 4 * (rank / 32);
+  return ((LoadBe32(word) | LoadBe32(word + 4 * words)) >> (rank % 32)) & 1;
 }
 
 // Serial-number order for 32-bit chunk ids (RFC 1982): true if a is older than b.

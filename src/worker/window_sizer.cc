@@ -29,4 +29,13 @@ void WindowSizer::OnSample(Nanos rtt, uint64_t delivered) {
   window_ = uint16_t(std::clamp<double>(window, std::min(kMinWindow, max_window_), max_window_));
 }
 
+uint16_t PoolSlotsForPath(uint64_t bits_per_second, Nanos rtt, uint32_t wire_bytes) {
+  const double packet_ns =
+      double(wire_bytes) * 8e9 / double(std::max<uint64_t>(bits_per_second, 1));
+  const double bdp = double(rtt.count()) / packet_ns;
+  uint32_t slots = WindowSizer::kMinWindow;
+  while (slots < kRecoveryBdps * bdp && slots < 32768) slots *= 2;
+  return uint16_t(std::min<uint32_t>(slots, 65535));
+}
+
 }  // namespace switchml

@@ -51,4 +51,15 @@ class WindowSizer {
   Filter previous_, current_;
 };
 
+// The pool slots a job needs to keep a link of `bits_per_second` busy over a
+// path whose unloaded round trip is `rtt`, with packets of `wire_bytes` on
+// the wire: the window (kGain bandwidth-delay products) plus room for the
+// slots that wait on loss recovery meanwhile. A slot whose packet was lost
+// stalls for a timeout (at least twice the loaded round trip) and a round
+// trip more; the worker keeps sending into the other slots only while they
+// outnumber that. kRecoveryBdps covers it: kGain + 2 x kGain + 1, rounded up.
+// A power of two between kMinWindow and 65535.
+inline constexpr double kRecoveryBdps = 8;
+uint16_t PoolSlotsForPath(uint64_t bits_per_second, Nanos rtt, uint32_t wire_bytes);
+
 }  // namespace switchml

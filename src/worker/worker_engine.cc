@@ -1,6 +1,7 @@
 #include "worker/worker_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -18,10 +19,6 @@ constexpr uint64_t kMaxChunksPerOp = uint64_t{1} << 30;
 // whatever the agreed number: the descriptor round sends one packet per slot,
 // so it costs at most this share of a large operation's packets.
 constexpr uint32_t kDescriptorShare = 32;
-
-// A first transmission counts as lost once the results of this many later
-// transmissions came back (TCP's duplicate-acknowledgement threshold).
-constexpr uint64_t kFastRetransmitAfter = 3;
 
 // Outputs of at least this size are written with non-temporal stores:
 // larger than the caches, so storing them through the caches costs a read of
@@ -55,13 +52,17 @@ struct WorkerEngine::Op {
 struct WorkerEngine::Slot {
   uint8_t version = 0;  // pool version of the next packet; persists across ops
   bool outstanding = false;
-  uint64_t seq = 0;  // of its latest transmission
   uint32_t round = 0;
   int16_t scale = 0;  // exponent agreed for the chunk of `round`
   uint32_t attempts = 0;
-  Nanos sent_at{0};
+  // The switch answered a resend with kPending naming this rank present:
+  // the resend was needless, and the result still times the first send.
+  bool needless_resend = false;
+  Nanos sent_at{0};    // of the round's first transmission
+  Nanos resent_at{0};  // of its latest transmission
   Nanos deadline{0};
   uint64_t delivered_at_send = 0;  // results accepted when it was sent
+  uint64_t send_order = 0;         // of the round's first transmission, counting up
 };
 
 Status WorkerEngineConfig::Validate() const {
@@ -89,9 +90,11 @@ Status WorkerEngineConfig::Validate() const {
   if (uint32_t(slot_offset) + pool_slots > 65536) {
     return InvalidArgument("slot_offset + pool_slots exceeds 65536 slots");
   }
-  if (retransmit_timeout <= Nanos(0) || max_retransmit_timeout < retransmit_timeout) {
+  if (retransmit_timeout <= Nanos(0) || max_retransmit_timeout < retransmit_timeout ||
+      min_retransmit_timeout <= Nanos(0) || max_retransmit_timeout < min_retransmit_timeout) {
     return InvalidArgument(
-        "retransmit_timeout must be positive and at most max_retransmit_timeout");
+        "retransmit_timeout and min_retransmit_timeout must be positive and at most "
+        "max_retransmit_timeout");
   }
   if (failure_timeout <= max_retransmit_timeout) {
     return InvalidArgument("failure_timeout (" + Millis(failure_timeout) +
@@ -112,9 +115,7 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       slots_(config.pool_slots),
       missing_((config.world_size + 31) / 32),
       sizer_(config.pool_slots),
-      rto_(config.retransmit_timeout),
-      // Outstanding transmissions, plus room for stale entries.
-      sent_log_(4 * size_t(config.pool_slots) + 64) {}
+      rto_(config.retransmit_timeout) {}
 
 WorkerEngine::~WorkerEngine() = default;
 
@@ -182,7 +183,10 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   const uint32_t share = (op.chunks + kDescriptorShare - 1) / kDescriptorShare;
   op.window = uint16_t(std::min<uint32_t>({config_.pool_slots, std::max<uint32_t>(op.chunks, 1),
                                            std::max<uint32_t>(agreed_slots_, share)}));
-  op.desc.proposed_slots = Window();
+  // The slots the next operation needs: the window, plus room for the slots
+  // that wait on loss recovery while the others keep the link busy.
+  op.desc.proposed_slots = uint16_t(std::min<double>(
+      config_.pool_slots, std::ceil(Window() * kRecoveryBdps / WindowSizer::kGain)));
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
   last_progress_ = now;
@@ -191,7 +195,6 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
     slots_[i].scale = 0;
   }
   send_cursor_ = 0;
-  sent_log_size_ = 0;
   sizer_.OnOperationStart();
   SendInOrder(now, sink);
 }
@@ -204,57 +207,46 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
   const uint64_t w = op.window;
   const uint64_t end = uint64_t(op.chunks) + w;  // every slot's last round is a data round
   const uint16_t window = Window();
-  while (in_flight_ < window && send_cursor_ < end) {
+  // Packets sent back to back leave the link one after the other: the k-th
+  // of a burst (the window at an operation's start) is on the wire k packet
+  // times later, which its timeout must allow for.
+  const double rate = sizer_.max_rate_per_second();
+  const Nanos packet_time = rate > 0 ? Nanos(int64_t(1e9 / rate)) : Nanos(0);
+  for (Nanos queued{0}; in_flight_ < window && send_cursor_ < end; queued += packet_time) {
     const auto index = uint16_t(send_cursor_ % w);
     Slot& slot = slots_[index];
     if (slot.outstanding || slot.round != send_cursor_ / w) break;
-    SendRound(slot, index, now, sink);
+    SendRound(slot, index, now, queued, sink);
     ++in_flight_;
     ++send_cursor_;
   }
 }
 
-void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  EmitPacket(slot, index, sink);
+void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
+                             PacketSink& sink) {
+  EmitPacket(slot, index, now, sink);
   slot.outstanding = true;
   slot.attempts = 0;
+  slot.needless_resend = false;
   slot.sent_at = now;
   slot.delivered_at_send = counters_.results_accepted;
-  slot.deadline = now + rto_;
+  slot.send_order = ++sends_;
+  slot.deadline = now + queued + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
-void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, PacketSink& sink) {
+void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
   WritePacket(slot, index, buf.data());
   sink.Send(buf.first(packet_bytes_));
   ++counters_.packets_sent;
-  slot.seq = next_seq_++;
-  if (sent_log_size_ == sent_log_.size()) {  // full: forget the oldest (its timer still runs)
-    sent_log_head_ = (sent_log_head_ + 1) % sent_log_.size();
-    --sent_log_size_;
-  }
-  sent_log_[(sent_log_head_ + sent_log_size_++) % sent_log_.size()] = {slot.seq, index};
+  slot.resent_at = now;
 }
 
-void WorkerEngine::FastRetransmit(Nanos now, PacketSink& sink) {
-  const uint16_t window = queue_.front().window;
-  while (sent_log_size_ > 0) {
-    const Transmission t = sent_log_[sent_log_head_];
-    Slot& slot = slots_[t.index];
-    const bool live = t.index < window && slot.outstanding && slot.seq == t.seq;
-    if (live && t.seq + kFastRetransmitAfter > acked_seq_) return;  // not overtaken (yet)
-    sent_log_head_ = (sent_log_head_ + 1) % sent_log_.size();
-    --sent_log_size_;
-    // Once per round: a slot that already went again waits for its timer.
-    if (!live || slot.attempts != 0) continue;
-    EmitPacket(slot, t.index, sink);
-    ++counters_.retransmissions;
-    ++counters_.fast_retransmissions;
-    ++slot.attempts;
-    slot.deadline = now + rto_;
-    next_scan_ = std::min(next_scan_, slot.deadline);
-  }
+void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  EmitPacket(slot, index, now, sink);
+  ++counters_.retransmissions;
+  ++slot.attempts;
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -336,28 +328,30 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     return;
   }
   Slot& slot = slots_[index];
-  if (!slot.outstanding || h.version != slot.version || h.chunk != ChunkId(slot.round, index)) {
+  const uint32_t expected_chunk = ChunkId(slot.round, index);
+  const size_t report_words =
+      (h.type == MessageType::kNack ? 2 : 1) * missing_.size();  // bitmaps' words
+  if (h.type == MessageType::kNack && h.element_count == report_words &&
+      ChunkBefore(expected_chunk, h.chunk) &&
+      NackNames({p.payload - kHeaderBytes, PacketBytes(h.element_count)}, config_.rank.value())) {
+    // The switch misses this rank in a chunk it has not sent yet: the others
+    // moved on, so what holds this rank back (a lost result) is overdue.
+    ++counters_.nacks_received;
+    ResendOverdue(now, sink);
+    return;
+  }
+  if (!slot.outstanding || h.version != slot.version || h.chunk != expected_chunk) {
     ++counters_.duplicates;
     return;
   }
   unanswered_ = 0;
   last_heard_ = now;
-  if (h.type == MessageType::kPending) {
-    if (h.element_count != missing_.size()) {
+  if (h.type == MessageType::kPending || h.type == MessageType::kNack) {
+    if (h.element_count != report_words) {
       ++counters_.invalid;
       return;
     }
-    ++counters_.pending_received;
-    // Keep the report on the oldest chunk; a newer one's says less.
-    const bool stale = missing_reported_at_ < last_progress_;
-    if (!stale && ChunkBefore(missing_chunk_, h.chunk)) return;
-    missing_chunk_ = h.chunk;
-    for (size_t w = 0; w < missing_.size(); ++w) {
-      const uint32_t valid =
-          (w + 1) * 32 <= config_.world_size ? ~0u : (1u << (config_.world_size % 32)) - 1;
-      missing_[w] = ~LoadBe32(p.payload + 4 * w) & valid;
-    }
-    missing_reported_at_ = now;
+    OnStallReport(slot, index, p, now, sink);
     return;
   }
   // A result for the round this slot waits for.
@@ -369,6 +363,87 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     return;
   }
   AcceptResult(slot, index, p, now, sink);
+}
+
+void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
+                                 PacketSink& sink) {
+  const PacketHeader& h = p.header;
+  const bool nack = h.type == MessageType::kNack;
+  const size_t words = missing_.size();
+  const uint16_t me = config_.rank.value();
+  // Both name the missing ranks: a pending reply lists the ranks that
+  // contributed, a NACK those whose packet was lost, then the others.
+  auto missing_word = [&](size_t w) {
+    const uint32_t valid =
+        (w + 1) * 32 <= config_.world_size ? ~0u : (1u << (config_.world_size % 32)) - 1;
+    const uint32_t word = nack ? LoadBe32(p.payload + 4 * w) | LoadBe32(p.payload + 4 * (words + w))
+                               : ~LoadBe32(p.payload + 4 * w);
+    return word & valid;
+  };
+  // Keep the report on the oldest chunk; a newer one's says less.
+  const bool stale = missing_reported_at_ < last_progress_;
+  if (stale || !ChunkBefore(missing_chunk_, h.chunk)) {
+    for (size_t w = 0; w < words; ++w) missing_[w] = missing_word(w);
+    missing_chunk_ = h.chunk;
+    missing_reported_at_ = now;
+  }
+  const bool named = (missing_word(me / 32) >> (me % 32)) & 1;
+  if (!nack) {
+    ++counters_.pending_received;
+    if (!named) slot.needless_resend = true;
+    return;
+  }
+  ++counters_.nacks_received;
+  if (!named) {
+    // Another rank is missing: this one's contribution is in, its result
+    // will come; no timer needs to fire before the NACKed rank resends.
+    slot.deadline = std::max(slot.deadline, now + rto_);
+    next_scan_ = std::min(next_scan_, slot.deadline);
+    return;
+  }
+  // Named in the first bitmap, the switch saw a newer packet of this rank:
+  // a link delivers in order, so this one was lost (unless it is a resend
+  // the NACK predates). In the second, it may be on its way.
+  const bool lost = (LoadBe32(p.payload + 4 * (me / 32)) >> (me % 32)) & 1;
+  const bool witnessed = lost && slot.attempts == 0;
+  if (!witnessed && !Overdue(slot, now)) {
+    ++counters_.nacks_ignored;  // the switch NACKs again if it is lost
+    return;
+  }
+  Retransmit(slot, index, now, sink);
+  ++counters_.fast_retransmissions;
+  slot.deadline = now + rto_;
+  next_scan_ = std::min(next_scan_, slot.deadline);
+}
+
+bool WorkerEngine::Overdue(const Slot& slot, Nanos now) const {
+  if (slot.attempts == 0 && slot.send_order <= answered_) return true;
+  // Without that witness (a resend, whose NACK may predate it; or no later
+  // result yet, as when every slot waits at scale) twice the smoothed round
+  // trip must have passed: longer than a packet takes, even queued.
+  return now - slot.resent_at >= 2 * (srtt_ > Nanos(0) ? srtt_ : rto_);
+}
+
+void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {
+  // The oldest transmission still unanswered, if a round trip has passed.
+  const uint16_t window = queue_.front().window;
+  int oldest = -1;
+  for (uint16_t i = 0; i < window; ++i) {
+    const Slot& slot = slots_[i];
+    if (slot.outstanding && (oldest < 0 || slot.resent_at < slots_[size_t(oldest)].resent_at)) {
+      oldest = i;
+    }
+  }
+  if (oldest < 0) return;
+  Slot& slot = slots_[size_t(oldest)];
+  if (!Overdue(slot, now)) {  // this rank merely lags, its window smaller than the others'
+    ++counters_.nacks_ignored;
+    return;
+  }
+  Retransmit(slot, uint16_t(oldest), now, sink);
+  ++counters_.fast_retransmissions;
+  slot.deadline = now + rto_;
+  next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
 void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
@@ -410,19 +485,20 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
   last_progress_ = now;
-  if (slot.attempts == 0) {
+  // Karn: a resent packet's round trip is ambiguous, unless the switch said
+  // the resend was needless (then leaving the sample out would keep the
+  // timeout below the waits that other ranks' losses cause).
+  const bool first_send_timed = slot.attempts == 0 || slot.needless_resend;
+  if (first_send_timed) answered_ = std::max(answered_, slot.send_order);
+  if (first_send_timed) {
     SampleRoundTrip(now - slot.sent_at);
     sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
   }
-  // Only a first transmission's result says what was sent before it came
-  // back; a resent packet's would overtake everything still waiting.
-  if (slot.attempts == 0) acked_seq_ = std::max(acked_seq_, slot.seq);
   slot.version ^= 1;
   slot.outstanding = false;
   --in_flight_;
   const bool slot_done = ++slot.round > RoundsOf(index);
   if (!slot_done || ++op.slots_done < op.window) {
-    FastRetransmit(now, sink);
     SendInOrder(now, sink);
     return;
   }
@@ -457,7 +533,7 @@ void WorkerEngine::SampleRoundTrip(Nanos sample) {
   // trip is mostly queueing, its variance is small, and a timeout just above
   // it fires on every hiccup; each spurious resend lengthens the queue and so
   // the next round trip (measured: 40% resends at 200 Mbit/s without this).
-  rto_ = std::clamp(std::max(srtt_ + 4 * rttvar_, 2 * srtt_), config_.retransmit_timeout,
+  rto_ = std::clamp(std::max(srtt_ + 4 * rttvar_, 2 * srtt_), config_.min_retransmit_timeout,
                     config_.max_retransmit_timeout);
 }
 
@@ -532,26 +608,26 @@ void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
 void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   const Op& op = queue_.front();
   Nanos next = Nanos::max();
-  uint32_t outstanding = 0, expired = 0;
+  bool expired = false;
+  const bool unanswered = unanswered_ > 0;  // earlier resends drew no reply at all
   for (uint16_t i = 0; i < op.window; ++i) {
     Slot& slot = slots_[i];
     if (!slot.outstanding) continue;
-    ++outstanding;
     if (now >= slot.deadline) {
       // Resend the packet unchanged: same slot, version and values.
-      EmitPacket(slot, i, sink);
-      ++counters_.retransmissions;
+      Retransmit(slot, i, now, sink);
       ++unanswered_;
-      ++expired;
-      ++slot.attempts;
+      expired = true;
       const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(slot.attempts, 16));
       slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
     }
     next = std::min(next, slot.deadline);
   }
-  // Many slots timing out together means congestion or an overloaded switch,
-  // not random loss: slow everyone down.
-  if (expired >= 2 && expired * 4 >= outstanding) {
+  // Nothing at all came from the switch for a whole timeout: it or the path
+  // is overloaded (or gone), so slow down. A random loss is no reason to,
+  // nor a slot that waits on another rank while the switch answers; the
+  // next round trip sample resets it.
+  if (expired && unanswered && now - last_heard_ >= rto_) {
     rto_ = std::min(rto_ * 2, config_.max_retransmit_timeout);
     ++counters_.timeout_backoffs;
   }

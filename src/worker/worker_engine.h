@@ -25,9 +25,13 @@
 // whose packet one worker holds back just waits at the switch, so the job
 // runs at the smallest window of its workers.
 //
-// Loss: a slot whose packet (or result) was lost is sent again when the
-// results of later transmissions come back (fast retransmission, once per
-// round), or else when its timeout expires.
+// Loss: the switch NACKs the ranks missing from a slot that stalls, and a
+// missing rank resends at once (unless it sent that packet less than a
+// round trip ago: it may still be on its way). A result that was lost is
+// asked for again when the slot's timeout expires: the smoothed round trip
+// plus four deviations (RFC 6298), at least twice the round trip, floored in
+// microseconds. Only a timeout with no progress at all backs off: a random
+// loss is not congestion. Reordering alone resends nothing.
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -88,10 +92,11 @@ struct WorkerEngineConfig {
   uint16_t window = 0;
   uint16_t slot_offset = 0;  // first of them in the job's pool segment (an engine
                              // per thread owns slots [offset, offset + pool_slots))
-  // The retransmission timeout adapts to the measured round trip (SRTT +
-  // 4 RTTVAR, RFC 6298) between these two bounds, and doubles when many
-  // slots time out together.
-  Nanos retransmit_timeout{std::chrono::milliseconds(1)};        // initial and minimum
+  // The retransmission timeout starts at retransmit_timeout, then adapts to
+  // the measured round trip (max(SRTT + 4 RTTVAR, 2 SRTT), RFC 6298) between
+  // min_ and max_retransmit_timeout, and doubles while nothing progresses.
+  Nanos retransmit_timeout{std::chrono::milliseconds(1)};        // before the first sample
+  Nanos min_retransmit_timeout{std::chrono::microseconds(20)};   // floor once measured
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
   Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
   // NaN/Inf in a float input: the chunks holding it come back NaN on every
@@ -114,8 +119,10 @@ struct WorkerEngineCounters {
   uint64_t malformed = 0;             // failed DecodePacket
   uint64_t wrong_job_or_rank = 0;     // well-formed but not for this worker
   uint64_t invalid = 0;               // wrong type, slot, size or exponent for this job
-  uint64_t timeout_backoffs = 0;      // times clustered timeouts doubled the timeout
-  uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (see below)
+  uint64_t timeout_backoffs = 0;      // times a timeout without progress doubled it
+  uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (the switch's NACK)
+  uint64_t nacks_received = 0;        // kNack packets for an outstanding slot
+  uint64_t nacks_ignored = 0;         // of them, for a packet sent less than a round trip ago
   uint16_t window = 0;                // packets in flight allowed now
   int64_t min_rtt_ns = 0;             // measured (window sizing); 0 before the first sample
   double delivery_rate = 0;           // results per second, measured (window sizing)
@@ -167,15 +174,23 @@ class WorkerEngine {
 
   void StartNextOp(Nanos now, PacketSink& sink);
   void SendInOrder(Nanos now, PacketSink& sink);
-  void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // `queued`: how long the packets sent just before it in the same burst
+  // keep it from the wire.
+  void SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued, PacketSink& sink);
   // Writes slot `index`'s packet for its current round into a buffer of
   // `sink` and sends it (first transmission or retransmission alike).
-  void EmitPacket(Slot& slot, uint16_t index, PacketSink& sink);
-  // Resends, before their timeout, first transmissions that kFastRetransmitAfter
-  // later transmissions overtook: results come back in the order packets
-  // were sent (every rank sends in chunk order), so such a packet or its
-  // result was lost.
-  void FastRetransmit(Nanos now, PacketSink& sink);
+  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // Sends it again (a timeout or a NACK), counted as a retransmission.
+  void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // A kNack or kPending: remembers the missing ranks it names; a NACK that
+  // names this rank resends the slot's packet.
+  void OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
+  // Whether the slot's unanswered packet (or its result) must have been
+  // lost, as a NACK says: see the .cc.
+  bool Overdue(const Slot& slot, Nanos now) const;
+  // Resends the oldest unanswered transmission if a round trip has passed
+  // since it went: the switch NACKed this rank for a chunk it has not sent.
+  void ResendOverdue(Nanos now, PacketSink& sink);
   // Writes that packet into `buf` (packet_bytes_): the same bytes every time
   // until the slot moves on.
   void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
@@ -209,25 +224,15 @@ class WorkerEngine {
   uint16_t in_flight_ = 0;        // slots waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
-  Nanos rto_;        // current retransmission timeout
-  Nanos srtt_{0};    // smoothed round trip; 0 before the first sample
-  Nanos rttvar_{0};  // its mean deviation
+  Nanos rto_;              // current retransmission timeout
+  Nanos srtt_{0};          // smoothed round trip; 0 before the first sample
+  Nanos rttvar_{0};        // its mean deviation
+  uint64_t sends_ = 0;     // first transmissions so far (Slot::send_order)
+  uint64_t answered_ = 0;  // the latest first transmission whose result came
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
   uint64_t unanswered_ = 0;  // retransmissions since the last packet from the switch
   Nanos last_heard_{0};      // when the last packet from the switch came
-  // Transmissions in the order they were sent (a ring of fixed capacity):
-  // the oldest unanswered one is checked on every result. Entries of slots
-  // that got their result, or were sent again, are skipped.
-  struct Transmission {
-    uint64_t seq;
-    uint16_t index;
-  };
-  std::vector<Transmission> sent_log_;
-  size_t sent_log_head_ = 0;
-  size_t sent_log_size_ = 0;
-  uint64_t next_seq_ = 1;   // of the next transmission
-  uint64_t acked_seq_ = 0;  // the latest transmission whose slot's result came back
   std::string broken_reason_;
   WorkerEngineCounters counters_;
 };

@@ -1,0 +1,165 @@
+// Loss recovery at datacenter speed, in the simulator: the exact counts of
+// resends that bench/sim_loss tabulates. No wall-clock times: the network's
+// clock is virtual, so every count below is the same on every machine.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <tuple>
+#include <vector>
+
+#include "sim/sim_cluster.h"
+#include "worker/window_sizer.h"
+
+namespace switchml {
+namespace {
+
+using std::chrono::microseconds;
+
+constexpr uint16_t kK = 256;
+
+struct Path {
+  double gbps;
+  double latency_us;
+};
+
+SimClusterOptions Options(uint16_t world, Path path, double loss) {
+  SimClusterOptions o;
+  o.world_size = world;
+  o.elements_per_packet = kK;
+  o.network.seed = 1;
+  o.network.loss = loss;
+  o.network.link_bits_per_second = uint64_t(path.gbps * 1e9);
+  o.network.latency = std::chrono::nanoseconds(int64_t(path.latency_us * 1e3));
+  const uint32_t wire = uint32_t(PacketBytes(kK)) + o.network.framing_bytes;
+  o.pool_slots = PoolSlotsForPath(o.network.link_bits_per_second,
+                                  2 * (o.network.latency + o.network.jitter), wire);
+  o.data_plane.pool_slots = o.pool_slots;
+  o.data_plane.max_elements_per_packet = kK;
+  o.data_plane.max_workers = std::max<uint16_t>(64, world);
+  return o;
+}
+
+// Distinct values on every element of every rank.
+std::vector<std::vector<int32_t>> Inputs(uint16_t world, size_t count) {
+  std::vector<std::vector<int32_t>> in(world, std::vector<int32_t>(count));
+  for (uint16_t r = 0; r < world; ++r) {
+    for (size_t i = 0; i < count; ++i) in[r][i] = int32_t((r + 1) * 7919 + i * 104729);
+  }
+  return in;
+}
+
+struct Counts {
+  uint64_t engine_retransmissions = 0;
+  SimNetworkCounters net;
+};
+
+Counts Snapshot(SimCluster& c, uint16_t world) {
+  Counts counts;
+  for (uint16_t r = 0; r < world; ++r) {
+    counts.engine_retransmissions += c.worker(r).counters().retransmissions;
+  }
+  counts.net = c.network().counters();
+  return counts;
+}
+
+// Three all-reduces, each exact on every rank; the counts of all three
+// (`all`), and of the last one alone (`last`): the first two let the ranks
+// measure the path and agree the slots, as a training job's first steps do.
+struct Runs {
+  Counts all, last;
+};
+Runs RunThree(SimCluster& c, uint16_t world, size_t count) {
+  const auto in = Inputs(world, count);
+  std::vector<std::vector<int32_t>> out(world, std::vector<int32_t>(count));
+  std::vector<SimRankOp> ops;
+  for (uint16_t r = 0; r < world; ++r) {
+    ops.push_back({in[r].data(), out[r].data(), count, DType::kInt32});
+  }
+  Counts before;
+  for (int op = 0; op < 3; ++op) {
+    before = Snapshot(c, world);
+    for (const Status& s : c.AllReduce(ops)) EXPECT_TRUE(s.ok()) << s.ToString();
+    for (size_t i = 0; i < count; ++i) {
+      int32_t sum = 0;
+      for (uint16_t r = 0; r < world; ++r) sum += in[r][i];
+      for (uint16_t r = 0; r < world; ++r) EXPECT_EQ(out[r][i], sum) << "rank " << r << " at " << i;
+    }
+  }
+  Runs runs;
+  runs.all = Snapshot(c, world);
+  runs.last = runs.all;
+  runs.last.engine_retransmissions -= before.engine_retransmissions;
+  runs.last.net.lost -= before.net.lost;
+  runs.last.net.retransmissions -= before.net.retransmissions;
+  runs.last.net.spurious_retransmissions -= before.net.spurious_retransmissions;
+  return runs;
+}
+
+class LossFree : public ::testing::TestWithParam<std::tuple<uint16_t, Path>> {};
+
+// Issue 27's first target: on a loss-free path nothing is resent, at any
+// speed or scale (before: a third of all packets at 100 Gbit/s).
+TEST_P(LossFree, NothingIsResent) {
+  const auto [world, path] = GetParam();
+  auto c = SimCluster::Create(Options(world, path, 0.0));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Counts counts = RunThree(*c.value(), world, 256 * kK).all;
+  EXPECT_EQ(counts.net.lost, 0u);
+  EXPECT_EQ(counts.engine_retransmissions, 0u);
+  EXPECT_EQ(counts.net.retransmissions, 0u);
+  EXPECT_EQ(counts.net.spurious_retransmissions, 0u);
+  // (The switch may still NACK a rank whose packet jitter delayed: that
+  // rank then sees a later packet of its own unanswered and sends nothing.)
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DatacenterSpeeds, LossFree,
+    ::testing::Combine(::testing::Values(uint16_t(2), uint16_t(8), uint16_t(33)),
+                       ::testing::Values(Path{10, 20}, Path{100, 1}, Path{100, 20})));
+
+// Under 1% loss every resend is accounted for, and they stay within a bound
+// of what was lost (switchml-sim, 8 MiB: 1.04x, 2.05x and 1.09x for seeds
+// 1, 7 and 9; issue 27 aims at 1.5x; docs/performance.md has the table).
+TEST(LossRecovery, UnderOnePercentLossEightWorkersResendAboutWhatWasLost) {
+  auto c = SimCluster::Create(Options(8, Path{100, 1}, 0.01));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Runs runs = RunThree(*c.value(), 8, 8192 * kK);
+  // The network sees every resend the engines make, and no others.
+  EXPECT_EQ(runs.all.net.retransmissions, runs.all.engine_retransmissions);
+  const Counts& counts = runs.last;
+  ASSERT_GT(counts.net.lost, 100u);
+  EXPECT_LE(counts.net.retransmissions, 5 * counts.net.lost / 2);
+  EXPECT_LE(counts.net.spurious_retransmissions, 3 * counts.net.lost / 2);
+  EXPECT_GT(c.value()->data_plane().counters().nacks_sent, 0u);
+}
+
+// The spurious count is exact: with a timeout below the round trip (40 us
+// and more) every resend is needless, and the simulator says so.
+TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
+  SimClusterOptions o = Options(4, Path{10, 20}, 0.0);
+  o.retransmit_timeout = microseconds(30);
+  o.min_retransmit_timeout = microseconds(30);
+  o.max_retransmit_timeout = microseconds(60);
+  auto c = SimCluster::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Counts counts = RunThree(*c.value(), 4, 64 * kK).all;
+  EXPECT_GT(counts.net.retransmissions, 0u);
+  EXPECT_EQ(counts.net.spurious_retransmissions, counts.net.retransmissions);
+  EXPECT_EQ(counts.net.retransmissions, counts.engine_retransmissions);
+}
+
+// A packet held back on a FIFO link stays in order: jitter delays, it never
+// reorders (the simulator once reordered within a link, which a real link
+// never does, and every such reordering cost a resend).
+TEST(LossRecovery, JitterNeverReordersALink) {
+  SimClusterOptions o = Options(8, Path{100, 1}, 0.0);
+  o.network.jitter = microseconds(5);  // far above a packet's 87 ns on the wire
+  auto c = SimCluster::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Counts counts = RunThree(*c.value(), 8, 512 * kK).all;
+  EXPECT_EQ(counts.net.reordered, 0u);
+  EXPECT_EQ(counts.engine_retransmissions, 0u);
+}
+
+}  // namespace
+}  // namespace switchml
