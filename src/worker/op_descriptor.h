@@ -9,7 +9,7 @@
 // equals ours. Sums fit 32 bits for up to 66051 workers.
 //
 // One more word is summed but not checked: each worker's proposed number of
-// slots for the next operation (its window); the sum, the same on every
+// slots for the next operation (four of its windows); the sum, the same on every
 // rank, is how they agree on it (AgreedSlots).
 #pragma once
 

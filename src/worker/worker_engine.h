@@ -9,8 +9,10 @@
 //
 // Protocol per operation of C chunks (k elements each, the last one padded
 // with zeros) over w = min(pool_slots, max(C, 1), max(A, C/32)) slots, where
-// A is the mean of the windows the ranks proposed in the previous
-// operation's descriptor round (16 for the first operation):
+// A is the mean of the slot counts the ranks proposed in the previous
+// operation's descriptor round (16 for the first operation); each proposes
+// kRecoveryBdps / kGain of its window (window_sizer.h), room for the slots
+// that wait on loss recovery while the others keep the link busy:
 //   round 0 (descriptor round): every slot i carries the operation descriptor
 //     (see src/worker/op_descriptor.h) and the block exponent of chunk i;
 //   round r >= 1: slot i carries chunk (r-1)*w + i, scaled with the exponent
