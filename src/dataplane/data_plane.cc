@@ -113,8 +113,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
   // aggregation until it falls due: twice the slots covers both.
-  stall_capacity_ = 2 * slots;
-  stalls_.reserve(stall_capacity_);
+  stalls_.reserve(2 * slots);
   jobs_.resize(config.max_jobs);
 }
 
@@ -123,8 +122,9 @@ Nanos DataPlane::JobEntry::NackDelay() const {
 }
 
 void DataPlane::WatchStall(JobEntry& job, size_t slot, Nanos delay) {
-  if (stalls_.size() == stall_capacity_) return;  // the workers' timers still recover it
-  nack_due_[slot] = now_ + delay;                 // supersedes any earlier watch of the slot
+  // Full: the workers' timers still recover it (a push would reallocate).
+  if (stalls_.size() == stalls_.capacity()) return;
+  nack_due_[slot] = now_ + delay;  // supersedes any earlier watch of the slot
   stalls_.push_back({nack_due_[slot], uint32_t(slot), chunk_[slot], uint32_t(&job - jobs_.data())});
   std::push_heap(stalls_.begin(), stalls_.end(), std::greater<>());
 }
@@ -304,7 +304,6 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.spread = entry.spread_dev = Nanos(0);
   entry.newest_chunk.assign(job.world_size, 0);
   entry.sent_any.assign(job.world_size, 0);
-
   entry.local_mask.clear();
   if (!job.local_ranks.empty()) {
     entry.local_mask.assign(bitmap_words_, 0);

@@ -15,13 +15,13 @@
 // ranks served here and an upstream link: a slot complete here goes upstream
 // as one contribution (the int32 partial sum, the maximum next exponent), and
 // the upstream's result becomes the slot's result. Until it arrives the slot
-// "awaits" and NextUpstreamResend() resends it on a timer, so a lost upstream
+// "awaits" and NextTimerPacket() resends it on a timer, so a lost upstream
 // packet is recovered without the workers.
 //
 // A slot that stalls (some ranks contributed, others did not within the
 // job's usual spread of arrivals) is NACKed: NextTimerPacket() names the
-// missing ranks to them alone, so only they resend (docs/wire-format.md,
-// "Loss recovery"). The delay adapts to the spread it measures per job.
+// missing ranks, so that only they resend (docs/wire-format.md, "Loss
+// recovery"). The delay adapts to the spread it measures per job.
 //
 // No I/O: the caller hands in packet bytes and sends what Process() returns.
 // Thread safety: none. One thread owns a DataPlane (shard the pool across
@@ -186,18 +186,9 @@ class DataPlane {
   DataPlaneCounters JobCounters(JobId id) const;
   const DataPlaneCounters& counters() const { return counters_; }
 
-  // The time at which contributions go upstream (stamps for their resends).
-  // Transports call it before each batch; it never goes back.
+  // The time that stamps the slots a batch starts and the contributions it
+  // sends upstream. Transports call it before each batch; it never goes back.
   void AdvanceClock(Nanos now) { now_ = std::max(now_, now); }
-  // Hot path. The next upstream contribution whose result is overdue at
-  // `now`, written into `out` (kSendUpstream) and re-stamped; kDrop when none
-  // is. Call until kDrop. It scans at most every retransmit_timeout / 4.
-  Verdict NextUpstreamResend(Nanos now, std::span<uint8_t> out);
-  // When NextUpstreamResend() next has work to look at; Nanos::max() while
-  // no slot awaits an upstream result.
-  Nanos NextUpstreamScan() const { return awaiting_ == 0 ? Nanos::max() : next_scan_; }
-  // Whether any job here has an upstream (only then do the two above matter).
-  bool has_upstream() const { return !upstream_jobs_.empty(); }
 
   // Hot path: the next packet a timer sends at `now`, written into `out`: a
   // kNack for a stalled slot (kNackToAll the first time, so that the ranks
@@ -266,6 +257,13 @@ class DataPlane {
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
                       std::span<uint8_t> out) const;
   void ResetSegment(uint32_t base, uint32_t count);
+  // The next upstream contribution whose result is overdue at `now`, written
+  // into `out` (kSendUpstream) and re-stamped; kDrop when none is. It scans
+  // at most every retransmit_timeout / 4.
+  Verdict NextUpstreamResend(Nanos now, std::span<uint8_t> out);
+  // When NextUpstreamResend() next has work to look at; Nanos::max() while
+  // no slot awaits an upstream result.
+  Nanos NextUpstreamScan() const { return awaiting_ == 0 ? Nanos::max() : next_scan_; }
   // A slot started aggregating (or was found stalled again): its NACK falls
   // due after `delay`.
   void WatchStall(JobEntry& job, size_t slot, Nanos delay);
@@ -303,7 +301,6 @@ class DataPlane {
     bool operator>(const StallWatch& o) const { return due > o.due; }
   };
   std::vector<StallWatch> stalls_;
-  size_t stall_capacity_;
   uint32_t awaiting_ = 0;  // slots that await, over all jobs
   Nanos now_{0};
   Nanos next_scan_{0};

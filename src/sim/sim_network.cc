@@ -89,7 +89,6 @@ void SimNetwork::Push(Event e) {
 }
 
 uint8_t* SimNetwork::TrackExchange(size_t rank, bool up, std::span<const uint8_t> bytes) {
-  constexpr uint8_t kSent = 1, kLost = 2;
   constexpr uint32_t kMaxTrackedChunk = 1u << 26;  // far beyond any simulated job
   if (bytes.size() < kHeaderBytes) return nullptr;
   const auto type = MessageType(bytes[3]);
@@ -101,11 +100,11 @@ uint8_t* SimNetwork::TrackExchange(size_t rank, bool up, std::span<const uint8_t
   std::vector<uint8_t>& chunks = exchanges_[rank];
   if (chunks.size() <= chunk) chunks.resize(std::max<size_t>(2 * chunks.size(), chunk + 1), 0);
   uint8_t& flags = chunks[chunk];
-  if (up && (flags & kSent)) {
+  if (up && (flags & kExchangeSent)) {
     ++counters_.retransmissions;
-    if (!(flags & kLost)) ++counters_.spurious_retransmissions;
+    if (!(flags & kExchangeLost)) ++counters_.spurious_retransmissions;
   }
-  if (up) flags |= kSent;
+  if (up) flags |= kExchangeSent;
   return &flags;
 }
 
@@ -127,7 +126,7 @@ void SimNetwork::Transmit(int dest, size_t link, bool up, std::span<const uint8_
   }
   if (Uniform() < options_.loss) {
     ++counters_.lost;
-    if (exchange != nullptr) *exchange |= 2;  // TrackExchange's kLost
+    if (exchange != nullptr) *exchange |= kExchangeLost;
     return;
   }
   const Nanos latency = rack_link && options_.upstream_latency >= Nanos(0)
@@ -188,7 +187,7 @@ void SimNetwork::Forward(size_t s, const Verdict& v) {
       break;
     case Action::kNackToAll:
     case Action::kNackToMissing: {
-      // The payload's bitmaps name the destinations (racks, at the root).
+      // Every member, or those the payload's bitmaps name (racks, at the root).
       const size_t members = IsRoot(s) ? racks : workers_.size();
       for (uint16_t r = 0; r < v.world_size && r < members; ++r) {
         if (v.action == Action::kNackToMissing && !NackNames(out, r)) continue;

@@ -144,7 +144,9 @@ class SimNetwork {
   std::vector<Nanos> silent_from_;                  // per rank, or max
   std::vector<Nanos> uplink_free_, downlink_free_;  // per link: when it is idle again
   std::vector<Nanos> uplink_last_, downlink_last_;  // per link: its latest arrival (FIFO)
-  // Per rank, per chunk id: kSent, kLost (see TrackExchange).
+  // Per rank, per chunk id: the flags below (see TrackExchange).
+  static constexpr uint8_t kExchangeSent = 1;  // a contribution went out
+  static constexpr uint8_t kExchangeLost = 2;  // it, or a result for it, was lost
   std::vector<std::vector<uint8_t>> exchanges_;
   Nanos switch_silent_from_ = Nanos::max();
   Nanos root_silent_from_ = Nanos::max();

@@ -410,6 +410,10 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
     ++counters_.nacks_ignored;  // the switch NACKs again if it is lost
     return;
   }
+  ResendBeforeTimeout(slot, index, now, sink);
+}
+
+void WorkerEngine::ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   Retransmit(slot, index, now, sink);
   ++counters_.fast_retransmissions;
   slot.deadline = now + rto_;
@@ -425,7 +429,7 @@ bool WorkerEngine::Overdue(const Slot& slot, Nanos now) const {
 }
 
 void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {
-  // The oldest transmission still unanswered, if a round trip has passed.
+  // The oldest transmission still unanswered, if it is Overdue().
   const uint16_t window = queue_.front().window;
   int oldest = -1;
   for (uint16_t i = 0; i < window; ++i) {
@@ -440,10 +444,7 @@ void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {
     ++counters_.nacks_ignored;
     return;
   }
-  Retransmit(slot, uint16_t(oldest), now, sink);
-  ++counters_.fast_retransmissions;
-  slot.deadline = now + rto_;
-  next_scan_ = std::min(next_scan_, slot.deadline);
+  ResendBeforeTimeout(slot, uint16_t(oldest), now, sink);
 }
 
 void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
@@ -488,9 +489,8 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   // Karn: a resent packet's round trip is ambiguous, unless the switch said
   // the resend was needless (then leaving the sample out would keep the
   // timeout below the waits that other ranks' losses cause).
-  const bool first_send_timed = slot.attempts == 0 || slot.needless_resend;
-  if (first_send_timed) answered_ = std::max(answered_, slot.send_order);
-  if (first_send_timed) {
+  if (slot.attempts == 0 || slot.needless_resend) {
+    answered_ = std::max(answered_, slot.send_order);
     SampleRoundTrip(now - slot.sent_at);
     sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
   }

@@ -27,13 +27,17 @@
 // whose packet one worker holds back just waits at the switch, so the job
 // runs at the smallest window of its workers.
 //
-// Loss: the switch NACKs the ranks missing from a slot that stalls, and a
-// missing rank resends at once (unless it sent that packet less than a
-// round trip ago: it may still be on its way). A result that was lost is
-// asked for again when the slot's timeout expires: the smoothed round trip
-// plus four deviations (RFC 6298), at least twice the round trip, floored in
-// microseconds. Only a timeout with no progress at all backs off: a random
-// loss is not congestion. Reordering alone resends nothing.
+// Loss: the software switch NACKs the ranks missing from a slot that
+// stalls. A missing rank resends at once when the switch saw a newer packet
+// of it (links deliver in order, so this one was lost), else when a packet
+// it sent later already got its result, or two smoothed round trips passed
+// (Overdue()). A NACK for a chunk it has not sent yet finds a lost result
+// the same way. Otherwise the slot's timeout resends: the smoothed round
+// trip plus four deviations (RFC 6298), at least twice the round trip,
+// floored in microseconds. Only a timeout with no answer from the switch at
+// all backs off: a random loss is not congestion. Loss-free in-order links
+// resend nothing; reordering can cost a resend (it breaks the in-order
+// witness).
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -124,7 +128,7 @@ struct WorkerEngineCounters {
   uint64_t timeout_backoffs = 0;      // times a timeout without progress doubled it
   uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (the switch's NACK)
   uint64_t nacks_received = 0;        // kNack packets for an outstanding slot
-  uint64_t nacks_ignored = 0;         // of them, for a packet sent less than a round trip ago
+  uint64_t nacks_ignored = 0;         // of them, naming a packet not (yet) proven lost
   uint16_t window = 0;                // packets in flight allowed now
   int64_t min_rtt_ns = 0;             // measured (window sizing); 0 before the first sample
   double delivery_rate = 0;           // results per second, measured (window sizing)
@@ -190,9 +194,12 @@ class WorkerEngine {
   // Whether the slot's unanswered packet (or its result) must have been
   // lost, as a NACK says: see the .cc.
   bool Overdue(const Slot& slot, Nanos now) const;
-  // Resends the oldest unanswered transmission if a round trip has passed
-  // since it went: the switch NACKed this rank for a chunk it has not sent.
+  // Resends the oldest unanswered transmission if it is Overdue(): the
+  // switch NACKed this rank for a chunk it has not sent.
   void ResendOverdue(Nanos now, PacketSink& sink);
+  // A resend a NACK called for, before the slot's timeout (counted in
+  // fast_retransmissions); the timeout restarts.
+  void ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Writes that packet into `buf` (packet_bytes_): the same bytes every time
   // until the slot moves on.
   void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
