@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ostream>
 #include <tuple>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct Path {
   double gbps;
   double latency_us;
 };
+void PrintTo(const Path& p, std::ostream* os) { *os << p.gbps << "Gbps_" << p.latency_us << "us"; }
 
 SimClusterOptions Options(uint16_t world, Path path, double loss) {
   SimClusterOptions o;
@@ -80,9 +82,11 @@ Runs RunThree(SimCluster& c, uint16_t world, size_t count) {
     before = Snapshot(c, world);
     for (const Status& s : c.AllReduce(ops)) EXPECT_TRUE(s.ok()) << s.ToString();
     for (size_t i = 0; i < count; ++i) {
-      int32_t sum = 0;
-      for (uint16_t r = 0; r < world; ++r) sum += in[r][i];
-      for (uint16_t r = 0; r < world; ++r) EXPECT_EQ(out[r][i], sum) << "rank " << r << " at " << i;
+      uint32_t sum = 0;  // wraps as the switch's int32 sums do, without UB
+      for (uint16_t r = 0; r < world; ++r) sum += uint32_t(in[r][i]);
+      for (uint16_t r = 0; r < world; ++r) {
+        EXPECT_EQ(out[r][i], int32_t(sum)) << "rank " << r << " at " << i;
+      }
     }
   }
   Runs runs;
