@@ -345,9 +345,13 @@ TEST(SimAllReduceSequence, OperationsQueuedTogetherRunInOrder) {
   ExpectExactIntSum(b, out_b);
 }
 
-TEST(SimAllReduceFailure, SilentWorkerFailsTheOthersNamingItWithinTheBound) {
+// A rank that stops while the switch keeps naming it is late, not gone (a
+// rank that exits is the control plane's news): the others wait past
+// failure_timeout, then fail at operation_timeout, naming it.
+TEST(SimAllReduceFailure, SilentWorkerFailsTheOthersAtTheOperationTimeoutNamingIt) {
   SimClusterOptions o = Options(4, Profile::kLossy1, 11);
   o.failure_timeout = milliseconds(50);
+  o.operation_timeout = milliseconds(80);
   auto cluster = SimCluster::Create(o);
   ASSERT_TRUE(cluster.ok());
   SimCluster& c = *cluster.value();
@@ -369,12 +373,50 @@ TEST(SimAllReduceFailure, SilentWorkerFailsTheOthersNamingItWithinTheBound) {
   c.network().Run();
   for (uint16_t r : {0, 1, 3}) {
     EXPECT_EQ(status[r].code(), StatusCode::kDeadlineExceeded) << r;
+    EXPECT_EQ(status[r].message().rfind("Timed out after 8", 0), 0u) << status[r].message();
     EXPECT_NE(status[r].message().find("no contribution from rank 2 "), std::string::npos)
         << status[r].message();
-    EXPECT_LE(failed_at[r], silence_at + o.failure_timeout + milliseconds(1)) << r;
-    EXPECT_TRUE(c.worker(r).broken());
+    EXPECT_GE(failed_at[r], silence_at + o.operation_timeout - milliseconds(1)) << r;
+    EXPECT_LE(failed_at[r], silence_at + o.operation_timeout + milliseconds(1)) << r;
+    EXPECT_TRUE(c.worker(r).timed_out());
   }
   EXPECT_EQ(failed_at[2], Nanos::max());  // the silent rank never ran again
+}
+
+// A rank that enters the all-reduce 15 s after the others, under the library's
+// default failure_timeout (10 s) and a 60 s operation timeout, is waited for:
+// every rank succeeds, bitwise as when all are on time.
+TEST(SimAllReduceFailure, ARankFifteenSecondsLateIsWaitedForAndTheResultIsUnchanged) {
+  SimClusterOptions o = Options(4, Profile::kLossy1, 17);
+  o.failure_timeout = std::chrono::seconds(10);
+  o.operation_timeout = std::chrono::seconds(60);
+  const auto in = FloatInputs(4, 40 * kK);
+  auto on_time = SimCluster::Create(o);
+  ASSERT_TRUE(on_time.ok());
+  const auto expected = RunOp(*on_time.value(), in, DType::kFloat32);
+
+  auto cluster = SimCluster::Create(o);
+  ASSERT_TRUE(cluster.ok());
+  SimCluster& c = *cluster.value();
+  std::vector<std::vector<float>> out(4, std::vector<float>(in[0].size()));
+  std::vector<Status> status(4, Status(StatusCode::kInternal, "not done"));
+  auto submit = [&](uint16_t r) {
+    ASSERT_TRUE(c.worker(r)
+                    .Submit(in[r].data(), out[r].data(), in[r].size(), DType::kFloat32,
+                            [&, r](OpId, const Status& s) { status[r] = s; })
+                    .ok());
+  };
+  for (uint16_t r = 0; r < 3; ++r) submit(r);
+  c.network().Run(std::chrono::seconds(15));
+  for (uint16_t r = 0; r < 3; ++r) EXPECT_EQ(status[r].code(), StatusCode::kInternal) << r;
+  submit(3);
+  c.network().Run();
+  EXPECT_GE(c.network().now(), std::chrono::seconds(15));
+  for (uint16_t r = 0; r < 4; ++r) {
+    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r].ToString();
+    EXPECT_EQ(0, std::memcmp(out[r].data(), expected[r].data(), out[r].size() * sizeof(float)))
+        << "rank " << r;
+  }
 }
 
 TEST(SimAllReduceFailure, DeadSwitchFailsEveryWorker) {

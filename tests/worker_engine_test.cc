@@ -32,6 +32,7 @@ WorkerEngineConfig Config(uint16_t world, uint16_t rank, uint16_t slots) {
   c.retransmit_timeout = milliseconds(1);
   c.max_retransmit_timeout = milliseconds(8);
   c.failure_timeout = milliseconds(100);
+  c.operation_timeout = milliseconds(150);
   return c;
 }
 
@@ -75,6 +76,9 @@ TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   c = Config(2, 0, 4);
   c.failure_timeout = milliseconds(1);
   EXPECT_FALSE(c.Validate().ok());
+  c = Config(2, 0, 4);
+  c.operation_timeout = Nanos(0);
+  EXPECT_NE(c.Validate().message().find("operation_timeout"), std::string::npos);
   EXPECT_FALSE(WorkerEngine::Create(c).ok());
 }
 
@@ -175,7 +179,10 @@ TEST(WorkerEngine, LostDataPacketIsRewrittenUnchangedInPlace) {
 }
 
 // Drives one engine against a real data plane with a second, scripted rank.
-TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
+// The switch keeps naming the silent rank, so it is late, not gone (that is
+// the control plane's news): it is waited for past failure_timeout, up to
+// operation_timeout.
+TEST(WorkerEngine, SilentPeerIsWaitedForUpToTheOperationTimeoutThenNamed) {
   auto sw = SwitchWithJob(3, 4);
   DataPlane& dp = *sw;
   WorkerEngine e(Config(3, 0, 4));
@@ -197,10 +204,13 @@ TEST(WorkerEngine, SilentPeerFailsTheJobNamingItsRank) {
   now = RunUntilCalled(e, dp, sink, called);
   ASSERT_TRUE(called);
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(result.message().rfind("Timed out after 150 ms", 0), 0u) << result.message();
   EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
       << result.message();
-  EXPECT_EQ(now, milliseconds(100));  // exactly the configured bound
+  EXPECT_EQ(now, milliseconds(150));  // exactly the configured bound
   EXPECT_TRUE(e.broken());
+  EXPECT_TRUE(e.timed_out());
+  EXPECT_FALSE(e.switch_silent());
   EXPECT_EQ(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).status().code(),
             StatusCode::kFailedPrecondition);
 }
@@ -233,7 +243,7 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no contribution from rank 2 "), std::string::npos)
       << result.message();
-  EXPECT_NE(result.message().find("(failure_timeout_ms = 100)"), std::string::npos)
+  EXPECT_NE(result.message().find("(operation_timeout_ms = 150)"), std::string::npos)
       << result.message();
   EXPECT_FALSE(e.switch_silent());
 }
@@ -357,7 +367,36 @@ TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)
       << result.message();
+  EXPECT_NE(result.message().find("(failure_timeout_ms = 100)"), std::string::npos)
+      << result.message();
   EXPECT_TRUE(e.switch_silent());
+  EXPECT_FALSE(e.timed_out());
+}
+
+// An operation timeout shorter than the failure timeout bounds a silent
+// switch too.
+TEST(WorkerEngine, AShortOperationTimeoutBoundsASilentSwitch) {
+  WorkerEngineConfig c = Config(2, 0, 4);
+  c.operation_timeout = milliseconds(30);
+  WorkerEngine e(c);
+  RecordingSink sink;
+  std::vector<int32_t> x(10, 1), y(10);
+  Status result;
+  Nanos failed_at{-1};
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 result = s;
+               }).ok());
+  int steps = 0;
+  while (e.NextDeadline() != Nanos::max() && ++steps < 1000) {
+    failed_at = e.NextDeadline();
+    e.OnTimer(failed_at, sink);
+  }
+  EXPECT_EQ(failed_at, milliseconds(30));
+  EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(result.message().rfind("Timed out after 30 ms", 0), 0u) << result.message();
+  EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)
+      << result.message();
+  EXPECT_TRUE(e.timed_out());
 }
 
 TEST(WorkerEngine, ForeignAndMalformedPacketsAreCountedAndIgnored) {

@@ -35,8 +35,17 @@ struct ContextConfig {
                                                 // was measured
   uint32_t min_retransmit_timeout_us = 20;      // floor of the measured timeout
   uint32_t max_retransmit_timeout_us = 200000;  // back-off cap
-  uint32_t failure_timeout_ms = 10000;          // no progress for this long fails the job
-  uint32_t join_timeout_ms = 60000;             // wait this long for all ranks to join
+  // Two timeouts end an all-reduce that makes no progress. A rank the switch
+  // names as missing is late but alive (one that exits or loses its control
+  // connection fails the job at once): it is waited for up to
+  // operation_timeout_ms, like torch's process-group timeout (which the
+  // PyTorch backend sets it to), then the operation fails on this rank
+  // with "Timed out ..." naming the missing ranks, and the job ends for
+  // every rank. A switch that stopped answering fails it after
+  // failure_timeout_ms (or operation_timeout_ms, if shorter).
+  uint32_t failure_timeout_ms = 10000;
+  uint32_t operation_timeout_ms = 1800000;  // 30 minutes, torch's default
+  uint32_t join_timeout_ms = 60000;         // wait this long for all ranks to join
   uint32_t socket_buffer_bytes = 8u << 20;
   // Accept results by host-local multicast: when every rank of the job is on
   // the switch's host, the switch then sends each result once for all of

@@ -17,7 +17,7 @@ enum class StatusCode {
   kResourceExhausted,   // a fixed-size resource (pool, job table) is full
   kAlreadyExists,       // e.g. the same rank registered twice
   kNotFound,            // e.g. unknown job
-  kDeadlineExceeded,    // a peer or the switch stopped answering
+  kDeadlineExceeded,    // timed out waiting for a late rank, or the switch stopped answering
   kDataLoss,            // the inputs cannot be reduced faithfully (NaN/Inf)
   kAborted,             // the job was cancelled or failed elsewhere
   kInternal,            // a bug in switchml

@@ -17,8 +17,10 @@ namespace {
 // output tensors (what DDP's communication hooks expect).
 class SwitchMLWork : public c10d::Work {
  public:
-  SwitchMLWork(std::vector<at::Tensor> outputs, c10d::OpType type)
+  // `op`: the torch.distributed call, for messages.
+  SwitchMLWork(std::vector<at::Tensor> outputs, c10d::OpType type, const char* op)
       : c10d::Work(-1, type),
+        op_(op),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {}
@@ -28,7 +30,8 @@ class SwitchMLWork : public c10d::Work {
       future_->markCompleted(c10::IValue(outputs_));
       finish();
     } else {
-      auto error = std::make_exception_ptr(std::runtime_error("switchml: " + status.ToString()));
+      auto error = std::make_exception_ptr(
+          std::runtime_error("switchml " + std::string(op_) + ": " + status.ToString()));
       future_->setError(error);
       finish(error);
     }
@@ -37,6 +40,7 @@ class SwitchMLWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
+  const char* op_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -117,7 +121,11 @@ ProcessGroupSwitchML::ProcessGroupSwitchML(const c10::intrusive_ptr<c10d::Store>
   config.job_name.assign(name.begin(), name.end());
   config.rank = uint32_t(rank);
   config.world_size = uint32_t(size);
-  config.join_timeout_ms = uint32_t(std::min<int64_t>(timeout.count(), 24 * 3600 * 1000));
+  // The group's timeout bounds joining and how long an operation waits for a
+  // late rank (ContextConfig::operation_timeout_ms), as Gloo's does.
+  const auto timeout_ms = uint32_t(std::clamp<int64_t>(timeout.count(), 1, 24 * 3600 * 1000));
+  config.join_timeout_ms = timeout_ms;
+  config.operation_timeout_ms = timeout_ms;
   auto context = Context::Start(config);
   TORCH_CHECK(context.ok(), "switchml: ", context.status().ToString());
   context_ = std::move(context).value();
@@ -143,9 +151,9 @@ ProcessGroupSwitchML::~ProcessGroupSwitchML() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t count, DType dtype,
                                                             std::vector<at::Tensor> outputs,
-                                                            c10d::OpType type,
+                                                            c10d::OpType type, const char* op,
                                                             std::function<void()> done) {
-  auto work = c10::make_intrusive<SwitchMLWork>(std::move(outputs), type);
+  auto work = c10::make_intrusive<SwitchMLWork>(std::move(outputs), type, op);
   std::shared_ptr<Work> job = context_->AllReduceAsync(data, data, count, dtype);
   job->OnDone([work, done = std::move(done)](const Status& status) {
     if (status.ok() && done) done();
@@ -178,7 +186,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce(std::vector<at::T
   }
   return Submit(buffer.data_ptr(), size_t(buffer.numel()),
                 integer ? DType::kInt32 : DType::kFloat32, tensors, c10d::OpType::ALLREDUCE,
-                std::move(finish));
+                "all_reduce", std::move(finish));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::ReduceScatter(at::Tensor output,
@@ -193,7 +201,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::ReduceScatter(at::Tensor ou
   const bool average = op == c10d::ReduceOp::AVG;
   return Submit(buffer.data_ptr(), size_t(buffer.numel()),
                 integer ? DType::kInt32 : DType::kFloat32, {output}, c10d::OpType::REDUCE_SCATTER,
-                [output, buffer, block, rank, world, average]() mutable {
+                "reduce_scatter", [output, buffer, block, rank, world, average]() mutable {
                   at::Tensor mine = buffer.narrow(0, rank * block, block);
                   if (average) mine.div_(world);
                   output.copy_(mine.view(output.sizes()));
@@ -213,7 +221,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::broadcast(std::vector<at::T
     std::memcpy(words.data_ptr(), t.contiguous().data_ptr(), t.nbytes());
   }
   return Submit(words.data_ptr(), size_t(words.numel()), DType::kInt32, tensors,
-                c10d::OpType::BROADCAST, [t, words]() mutable {
+                c10d::OpType::BROADCAST, "broadcast", [t, words]() mutable {
                   at::Tensor result = at::empty_like(t, at::MemoryFormat::Contiguous);
                   std::memcpy(result.data_ptr(), words.data_ptr(), t.nbytes());
                   t.copy_(result);
@@ -237,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather(
               inputs[0].contiguous().data_ptr(), inputs[0].nbytes());
   std::vector<at::Tensor> results = outputs[0];
   return Submit(words.data_ptr(), size_t(words.numel()), DType::kInt32, results,
-                c10d::OpType::ALLGATHER, [results, words, block]() mutable {
+                c10d::OpType::ALLGATHER, "all_gather", [results, words, block]() mutable {
                   for (size_t r = 0; r < results.size(); ++r) {
                     at::Tensor part = at::empty_like(results[r], at::MemoryFormat::Contiguous);
                     std::memcpy(part.data_ptr(),
@@ -249,10 +257,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allgather(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::barrier(const c10d::BarrierOptions&) {
   at::Tensor token = at::zeros({1}, at::kInt);
-  return Submit(token.data_ptr(), 1, DType::kInt32, {token}, c10d::OpType::BARRIER, {});
+  return Submit(token.data_ptr(), 1, DType::kInt32, {token}, c10d::OpType::BARRIER, "barrier", {});
 }
 
 // ---- delegated to Gloo ----
+
+void ProcessGroupSwitchML::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  fallback_->monitoredBarrier(opts, wait_all_ranks);
+}
+void ProcessGroupSwitchML::setSequenceNumberForGroup() { fallback_->setSequenceNumberForGroup(); }
+uint64_t ProcessGroupSwitchML::getSequenceNumberForGroup() {
+  return fallback_->getSequenceNumberForGroup();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {

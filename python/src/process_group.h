@@ -38,7 +38,11 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
-  // Delegated to the Gloo fallback.
+  // Delegated to the Gloo fallback. monitoredBarrier reports which ranks
+  // did not arrive, which Gloo's point-to-point messages can tell.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks = false) override;
+  void setSequenceNumberForGroup() override;
+  uint64_t getSequenceNumberForGroup() override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -81,10 +85,11 @@ class ProcessGroupSwitchML : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> ReduceScatter(at::Tensor output, at::Tensor flat,
                                                c10d::ReduceOp op);
   // All-reduces `count` int32/float32 elements at `data` in place; `done`
-  // runs on success before the work completes (to copy results back).
+  // runs on success before the work completes (to copy results back). `op`
+  // names the torch.distributed call in errors.
   c10::intrusive_ptr<c10d::Work> Submit(void* data, size_t count, DType dtype,
                                         std::vector<at::Tensor> outputs, c10d::OpType type,
-                                        std::function<void()> done);
+                                        const char* op, std::function<void()> done);
 
   std::unique_ptr<Context> context_;
   c10::intrusive_ptr<c10d::ProcessGroup> fallback_;

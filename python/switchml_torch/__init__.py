@@ -17,6 +17,11 @@ keeps working.
 
     switchml_torch.settings()   # the settings in effect (a dict, as in the TOML file)
     switchml_torch.counters()   # this rank's protocol counters
+    switchml_torch.monitored_barrier(timeout=timedelta(seconds=30), wait_all_ranks=True)
+
+The group's timeout (init_process_group(timeout=...), 30 minutes by default)
+is how long an operation waits for a late rank; it then fails on every rank
+with "Timed out", naming the missing ranks.
 """
 import tomllib
 
@@ -25,7 +30,7 @@ import torch.distributed as dist
 
 from ._C import ProcessGroupSwitchML, __version__
 
-__all__ = ["ProcessGroupSwitchML", "__version__", "settings", "counters"]
+__all__ = ["ProcessGroupSwitchML", "__version__", "settings", "counters", "monitored_barrier"]
 
 
 def _switchml_group(group):
@@ -44,6 +49,16 @@ def settings(group=None):
 def counters(group=None):
     """This rank's protocol counters in `group` (default: the default group)."""
     return dict(_switchml_group(group).counters())
+
+
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    """torch.distributed.monitored_barrier for a switchml group, which torch
+    1.13's refuses for every backend but Gloo: the group's internal Gloo group
+    runs it, and a rank that does not arrive within `timeout` (default: torch's
+    default group timeout) is named in the error."""
+    if timeout is None:
+        timeout = dist.default_pg_timeout
+    _switchml_group(group).monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def _create_process_group(store, rank, world_size, timeout):

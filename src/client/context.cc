@@ -112,6 +112,38 @@ struct Context::Impl {
                                                " (did the switch stop?)"));
     }
   }
+  // Tells each host that this rank leaves the job (`reason`: why, for the
+  // other ranks; "": it stopped), so that the switch ends the job at once.
+  void LeaveHosts(const std::string& reason) {
+    // A switch that stopped answering would only make Leave wait out its
+    // deadline; closing the stream ends the job there just as well.
+    for (size_t h = 0; h < hosts.size(); ++h) {
+      Host& host = *hosts[h];
+      bool silent = false;
+      for (size_t t = h; t < workers.size(); t += hosts.size()) {
+        silent = silent || workers[t]->switch_silent();
+      }
+      if (host.token == 0 || silent) continue;
+      control::v1::LeaveRequest leave;
+      leave.set_job_name(config.job_name);
+      leave.set_rank(config.rank);
+      leave.set_token(host.token);
+      leave.set_reason(reason);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      control::v1::LeaveReply reply;
+      (void)host.stub->Leave(&context, leave, &reply);
+    }
+  }
+  // An I/O thread's operation timed out waiting for late ranks: the job is
+  // over for this rank, and the others (the late ones too) learn why from the
+  // switch instead of waiting out their own timeouts. Off the I/O thread.
+  void OnTimedOut(const std::string& reason) {
+    std::call_once(timed_out_once,
+                   [&] { leaver = std::thread([this, reason] { LeaveHosts(reason); }); });
+  }
+  std::once_flag timed_out_once;
+  std::thread leaver;  // OnTimedOut's; Stop() joins it
   // Ends the Join streams (of an assignment this worker cannot use).
   void Abandon() {
     for (auto& h : hosts) {
@@ -355,6 +387,7 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
       e.min_retransmit_timeout = std::chrono::microseconds(config.min_retransmit_timeout_us);
       e.max_retransmit_timeout = std::chrono::microseconds(config.max_retransmit_timeout_us);
       e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
+      e.operation_timeout = std::chrono::milliseconds(config.operation_timeout_ms);
       e.non_finite_error = config.non_finite_error;
       if (Status s = e.Validate(); !s.ok()) {
         impl->Abandon();
@@ -375,7 +408,10 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   std::unique_ptr<Context> context(new Context(std::move(impl)));
   Impl* raw = context->impl_.get();
   for (size_t t = 0; t < raw->workers.size(); ++t) {
-    if (Status s = raw->workers[t]->Start(destinations[t]); !s.ok()) return s;  // ~Context stops
+    const auto on_timed_out = [raw](const std::string& reason) { raw->OnTimedOut(reason); };
+    if (Status s = raw->workers[t]->Start(destinations[t], on_timed_out); !s.ok()) {
+      return s;  // ~Context stops
+    }
   }
   for (auto& host : raw->hosts) {
     Impl::Host* h = host.get();
@@ -410,26 +446,8 @@ void Context::Stop() {
   std::call_once(impl_->stop_once, [this] {
     impl_->stopping.store(true);
     for (auto& w : impl_->workers) w->Stop();
-    // A switch that stopped answering would only make Leave wait out its
-    // deadline; closing the stream below ends the job there just as well.
-    const size_t hosts = impl_->hosts.size();
-    for (size_t h = 0; h < hosts; ++h) {
-      Impl::Host& host = *impl_->hosts[h];
-      bool silent = false;
-      for (size_t t = h; t < impl_->workers.size(); t += hosts) {
-        silent = silent || impl_->workers[t]->switch_silent();
-      }
-      if (host.token == 0 || silent) continue;
-      // End the job at once (the switch would also notice the stream closing).
-      control::v1::LeaveRequest leave;
-      leave.set_job_name(impl_->config.job_name);
-      leave.set_rank(impl_->config.rank);
-      leave.set_token(host.token);
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-      control::v1::LeaveReply reply;
-      (void)host.stub->Leave(&context, leave, &reply);
-    }
+    if (impl_->leaver.joinable()) impl_->leaver.join();
+    impl_->LeaveHosts("");
     for (auto& host : impl_->hosts) {
       host->stream.TryCancel();
       if (host->control_thread.joinable()) {

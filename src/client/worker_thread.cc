@@ -63,7 +63,9 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
 
 WorkerThread::~WorkerThread() { Stop(); }
 
-Status WorkerThread::Start(const sockaddr_in& switch_data) {
+Status WorkerThread::Start(const sockaddr_in& switch_data,
+                           std::function<void(const std::string&)> on_timed_out) {
+  on_timed_out_ = std::move(on_timed_out);
   if (Status s = endpoint_->Connect(switch_data); !s.ok()) return s;
   // Only the switch's datagrams, as on the unicast endpoint.
   if (group_) {
@@ -142,8 +144,10 @@ void WorkerThread::Run() {
   while (!stop_.load(std::memory_order_relaxed)) {
     if (mailbox_.pending()) DrainMailbox();
     Nanos now = Now();
+    const bool timed_out = engine_.timed_out();
     engine_.OnTimer(now, sink);
     sink.Flush();
+    if (!timed_out && engine_.timed_out() && on_timed_out_) on_timed_out_(engine_.broken_reason());
     const Nanos deadline = engine_.NextDeadline();
     const Nanos wait = deadline == Nanos::max()
                            ? std::chrono::seconds(1)
@@ -201,18 +205,23 @@ void WorkerThread::WarnOnSustainedRetransmission(Nanos now) {
   if (now - window_start_ < kWindow) return;
   const WorkerEngineCounters c = engine_.counters();
   const uint64_t sent = c.packets_sent - window_sent_;
+  // Resends the switch answered "pending" found this rank's packet there:
+  // they waited on other (late) ranks, which is no loss.
+  const uint64_t waited = c.pending_received - window_pending_;
   const uint64_t resent = c.retransmissions - window_resent_;
-  // More than 5% of a busy window's packets sent again: loss on the path,
-  // or a switch too slow for the window.
-  if (sent >= 1000 && resent * 20 > sent) {
+  const uint64_t lost = resent > waited ? resent - waited : 0;
+  // More than 5% of a busy window's packets sent again for loss: loss on the
+  // path, or a switch too slow for the window.
+  if (sent >= 1000 && lost * 20 > sent) {
     ClientLog().warn(
         "rank {} slots {}+: {} of the last {} packets ({:.1f}%) were retransmissions (loss on "
         "the path to the switch, or a switch that cannot keep up?)",
-        rank_, first_slot_, resent, sent, 100.0 * double(resent) / double(sent));
+        rank_, first_slot_, lost, sent, 100.0 * double(lost) / double(sent));
   }
   window_start_ = now;
   window_sent_ = c.packets_sent;
   window_resent_ = c.retransmissions;
+  window_pending_ = c.pending_received;
 }
 
 void WorkerThread::PublishCounters() {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -35,7 +36,11 @@ class WorkerThread {
   WorkerThread(const WorkerThread&) = delete;
   WorkerThread& operator=(const WorkerThread&) = delete;
 
-  Status Start(const sockaddr_in& switch_data);
+  // `on_timed_out`, when set, runs once on the thread when an operation
+  // timed out waiting for late ranks (WorkerEngine::timed_out()), with the
+  // message; it must not block.
+  Status Start(const sockaddr_in& switch_data,
+               std::function<void(const std::string&)> on_timed_out = nullptr);
   // Fails every unfinished operation with ABORTED and joins the thread.
   void Stop();
 
@@ -82,11 +87,12 @@ class WorkerThread {
   uint64_t auth_failures_ = 0;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::function<void(const std::string&)> on_timed_out_;
 
   Mailbox<Request> mailbox_;
   Status failure_;         // the first Fail()ure taken; applies to everything after (thread only)
   Nanos window_start_{0};  // of WarnOnSustainedRetransmission's window (thread only)
-  uint64_t window_sent_ = 0, window_resent_ = 0;
+  uint64_t window_sent_ = 0, window_resent_ = 0, window_pending_ = 0;
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, fast_retransmissions_{0},
       results_accepted_{0}, duplicates_{0}, invalid_{0}, multicast_received_total_{0};

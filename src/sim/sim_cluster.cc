@@ -53,6 +53,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.min_retransmit_timeout = std::min(o.min_retransmit_timeout, o.max_retransmit_timeout);
     config.max_retransmit_timeout = o.max_retransmit_timeout;
     config.failure_timeout = o.failure_timeout;
+    config.operation_timeout = o.operation_timeout;
     config.non_finite_error = o.non_finite_error;
     auto engine = WorkerEngine::Create(config);
     if (!engine.ok()) return engine.status();

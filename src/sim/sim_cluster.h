@@ -26,7 +26,8 @@ struct SimClusterOptions {
   Nanos min_retransmit_timeout{std::chrono::microseconds(5)};
   Nanos max_retransmit_timeout{std::chrono::milliseconds(20)};
   Nanos failure_timeout{std::chrono::seconds(1)};
-  bool non_finite_error = false;  // WorkerEngineConfig::non_finite_error
+  Nanos operation_timeout{std::chrono::seconds(2)};  // waiting on a rank the switch names
+  bool non_finite_error = false;                     // WorkerEngineConfig::non_finite_error
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
   // 2 or more: a tree (docs/design.md §10). The ranks split into this many

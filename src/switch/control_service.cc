@@ -36,6 +36,16 @@ void FillCounters(const DataPlaneCounters& c, control::v1::Counters* out) {
   }
 }
 
+// A worker's text for other workers' messages and the log: at most 1024
+// bytes, control characters replaced.
+std::string Printable(const std::string& text) {
+  std::string out = text.substr(0, 1024);
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return out;
+}
+
 bool AllOnLoopback(const std::vector<sockaddr_in>& addresses) {
   return std::all_of(addresses.begin(), addresses.end(), [](const sockaddr_in& a) {
     return (ntohl(a.sin_addr.s_addr) >> 24) == IN_LOOPBACKNET;  // 127/8
@@ -340,7 +350,9 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
                               "' did not present its token");
     }
     const std::string rank = std::to_string(req->rank());
-    const std::string reason = "rank " + rank + " stopped (left the job)";
+    const std::string reason = req->reason().empty()
+                                   ? "rank " + rank + " stopped (left the job)"
+                                   : "rank " + rank + " left the job: " + Printable(req->reason());
     if (!job->departed[req->rank()]) {
       job->departed[req->rank()] = true;
       ++job->departed_count;
@@ -362,7 +374,8 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
   }
   // The upstream switch learns it too (a tree), outside the lock.
   if (upstream_ && upstream_token != 0) {
-    if (Status s = upstream_->Leave(req->job_name(), req->rank(), upstream_token); !s.ok()) {
+    if (Status s = upstream_->Leave(req->job_name(), req->rank(), upstream_token, req->reason());
+        !s.ok()) {
       spdlog::warn("job '{}': forwarding rank {}'s leave: {}", req->job_name(), req->rank(),
                    s.message());
     }

@@ -207,6 +207,11 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // Workers (every 5 s) and rack switches (every 2 s) ping an idle Join
+  // stream the same way; gRPC's default (one ping per 5 minutes without
+  // data, two strikes) would answer with GOAWAY "too_many_pings" once a
+  // job waits a few seconds, e.g. for a late rank.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   impl->server = builder.BuildAndStart();
   if (impl->server == nullptr || selected == 0) {
     return InvalidArgument("cannot listen for control connections on " + listen +

@@ -107,11 +107,13 @@ std::string UpstreamClient::via() const {
   return net::FormatAddress(via);
 }
 
-Status UpstreamClient::Leave(const std::string& job_name, uint32_t rank, uint64_t token) {
+Status UpstreamClient::Leave(const std::string& job_name, uint32_t rank, uint64_t token,
+                             const std::string& reason) {
   control::v1::LeaveRequest request;
   request.set_job_name(job_name);
   request.set_rank(rank);
   request.set_token(token);
+  request.set_reason(reason);
   control::v1::LeaveReply reply;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -60,8 +60,9 @@ class UpstreamClient {
                                                const control::v1::JoinRequest& worker,
                                                uint32_t max_elements_per_packet,
                                                control::v1::Assignment* assignment);
-  // A forwarded rank leaves on purpose.
-  Status Leave(const std::string& job_name, uint32_t rank, uint64_t token);
+  // A forwarded rank leaves on purpose (`reason`: LeaveRequest.reason).
+  Status Leave(const std::string& job_name, uint32_t rank, uint64_t token,
+               const std::string& reason);
 
   // Where the upstream's data threads listen for `assignment`: one address
   // per worker thread of `threads`.

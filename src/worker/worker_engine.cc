@@ -96,6 +96,10 @@ Status WorkerEngineConfig::Validate() const {
         "retransmit_timeout and min_retransmit_timeout must be positive and at most "
         "max_retransmit_timeout");
   }
+  if (operation_timeout <= Nanos(0)) {
+    return InvalidArgument("operation_timeout (" + Millis(operation_timeout) +
+                           ") must be positive");
+  }
   if (failure_timeout <= max_retransmit_timeout) {
     return InvalidArgument("failure_timeout (" + Millis(failure_timeout) +
                            ") must exceed max_retransmit_timeout (" +
@@ -565,12 +569,20 @@ void WorkerEngine::Break(Status status) {
 }
 
 std::string WorkerEngine::DescribeStall(Nanos now) const {
-  std::string what =
-      "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
-      Millis(now - last_progress_) + " (failure_timeout_ms = " +
-      std::to_string(
-          std::chrono::duration_cast<std::chrono::milliseconds>(config_.failure_timeout).count()) +
-      ") at rank " + std::to_string(config_.rank.value()) + ": ";
+  const auto ms = [](Nanos d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+  };
+  const std::string rank = " at rank " + std::to_string(config_.rank.value()) + ": ";
+  // "Timed out" is what torch users (and its tests) look for.
+  const std::string what =
+      timed_out_
+          ? "Timed out after " + Millis(now - last_progress_) +
+                " without progress (operation_timeout_ms = " + ms(config_.operation_timeout) +
+                ") in all-reduce " + std::to_string(queue_.front().id) + " of job " +
+                std::to_string(config_.job.value()) + rank
+          : "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
+                Millis(now - last_progress_) +
+                " (failure_timeout_ms = " + ms(config_.failure_timeout) + ")" + rank;
   if (!switch_silent_) {
     std::string ranks;
     int listed = 0, total = 0;
@@ -580,10 +592,19 @@ std::string WorkerEngine::DescribeStall(Nanos now) const {
     }
     if (total > 16) ranks += " and " + std::to_string(total - 16) + " more";
     return what + "the switch has no contribution from rank" + (total == 1 ? " " : "s ") + ranks +
-           " (crashed, hung or disconnected?)";
+           " (late, hung or cut off from the switch?)";
   }
   return what + "no answer from the switch to " + std::to_string(unanswered_) +
          " retransmissions (is the switch running and reachable?)";
+}
+
+Nanos WorkerEngine::QuietAt() const {
+  if (missing_reported_at_ < last_progress_) return last_progress_;
+  // A live switch answers every retransmission (a pending reply at the
+  // latest), and a stuck slot goes again at least every
+  // max_retransmit_timeout.
+  const Nanos quiet = std::min(2 * config_.max_retransmit_timeout, config_.failure_timeout / 2);
+  return last_heard_ + quiet + Nanos(1);
 }
 
 void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
@@ -591,13 +612,15 @@ void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
     StartNextOp(now, sink);
     return;
   }
-  if (now - last_progress_ >= config_.failure_timeout) {
-    // A live switch answers every retransmission (a pending reply at the
-    // latest), and a stuck slot goes again at least every
-    // max_retransmit_timeout; a switch that stopped answering (or never told
-    // which ranks are missing) is the cause, not a rank.
-    const Nanos quiet = std::min(2 * config_.max_retransmit_timeout, config_.failure_timeout / 2);
-    switch_silent_ = missing_reported_at_ < last_progress_ || now - last_heard_ > quiet;
+  // A switch that went quiet (or never said which ranks are missing) is the
+  // cause after failure_timeout; ranks it names are late but alive (one
+  // that left is the control plane's news) and are waited for up to
+  // operation_timeout.
+  const Nanos waited = now - last_progress_;
+  const bool quiet = now >= QuietAt();
+  if (waited >= config_.operation_timeout || (waited >= config_.failure_timeout && quiet)) {
+    switch_silent_ = quiet;
+    timed_out_ = waited >= config_.operation_timeout;
     Break(Status(StatusCode::kDeadlineExceeded, DescribeStall(now)));
     return;
   }
@@ -637,7 +660,8 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
 Nanos WorkerEngine::NextDeadline() const {
   if (broken() || queue_.empty()) return Nanos::max();
   if (!running_) return Nanos(0);
-  return std::min(next_scan_, last_progress_ + config_.failure_timeout);
+  const Nanos failure = std::max(last_progress_ + config_.failure_timeout, QuietAt());
+  return std::min({next_scan_, failure, last_progress_ + config_.operation_timeout});
 }
 
 }  // namespace switchml

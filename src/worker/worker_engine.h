@@ -104,7 +104,12 @@ struct WorkerEngineConfig {
   Nanos retransmit_timeout{std::chrono::milliseconds(1)};        // before the first sample
   Nanos min_retransmit_timeout{std::chrono::microseconds(20)};   // floor once measured
   Nanos max_retransmit_timeout{std::chrono::milliseconds(100)};  // back-off cap
-  Nanos failure_timeout{std::chrono::seconds(10)};  // no progress for this long fails the job
+  // No progress for failure_timeout fails the job when the switch went
+  // quiet (or never named the ranks it misses); ranks it names as missing
+  // are alive (a rank that left is the control plane's news, Fail()) and are
+  // waited for up to operation_timeout, as torch's group timeout asks.
+  Nanos failure_timeout{std::chrono::seconds(10)};
+  Nanos operation_timeout{std::chrono::minutes(30)};
   // NaN/Inf in a float input: the chunks holding it come back NaN on every
   // rank either way; true also fails the operation with DATA_LOSS.
   bool non_finite_error = false;
@@ -156,7 +161,8 @@ class WorkerEngine {
   // Hot path: one received packet (anything: it is validated and counted).
   void OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink);
   // Hot path: starts queued operations, retransmits expired slots and fails
-  // the job when it made no progress for failure_timeout. Call it at
+  // the job when it made no progress for too long (failure_timeout,
+  // operation_timeout: see WorkerEngineConfig). Call it at
   // NextDeadline() (calling it earlier or more often is harmless).
   void OnTimer(Nanos now, PacketSink& sink);
   // When OnTimer() next has work; Nanos::max() when idle.
@@ -172,6 +178,11 @@ class WorkerEngine {
   // min(2 max_retransmit_timeout, failure_timeout / 2), or nothing that named
   // missing ranks since the last progress (as opposed to reporting them).
   bool switch_silent() const { return switch_silent_; }
+  // Broken because an operation waited operation_timeout without progress
+  // (its message starts with "Timed out").
+  bool timed_out() const { return timed_out_; }
+  // Why the engine broke ("" while it is not).
+  const std::string& broken_reason() const { return broken_reason_; }
   WorkerEngineCounters counters() const;
 
  private:
@@ -208,7 +219,11 @@ class WorkerEngine {
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
   void SampleRoundTrip(Nanos sample);
-  std::string DescribeStall(Nanos now) const;  // after switch_silent_ is set
+  // From when on the switch counts as quiet: it sent nothing for
+  // min(2 max_retransmit_timeout, failure_timeout / 2), or nothing that
+  // named missing ranks since the last progress.
+  Nanos QuietAt() const;
+  std::string DescribeStall(Nanos now) const;  // after switch_silent_ and timed_out_ are set
   uint32_t ChunkId(uint32_t round, uint16_t index) const;
   uint32_t RoundsOf(uint16_t index) const;
   uint16_t Window() const;  // packets in flight allowed now: fixed or measured
@@ -225,6 +240,7 @@ class WorkerEngine {
   uint32_t missing_chunk_ = 0;
   Nanos missing_reported_at_{-1};
   bool switch_silent_ = false;
+  bool timed_out_ = false;
   std::deque<Op> queue_;  // queue_.front() runs
   bool running_ = false;
   OpId next_op_id_ = 1;

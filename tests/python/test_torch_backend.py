@@ -7,7 +7,9 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import time
 import unittest
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -20,11 +22,11 @@ SHAPES = [(), (1,), (7,), (3, 5), (1000,), (257, 3), (2, 3, 4, 5)]
 DTYPES = [torch.float32, torch.int32, torch.float16, torch.bfloat16]
 
 
-def init(rank, world, port, backend="switchml"):
+def init(rank, world, port, backend="switchml", timeout=timedelta(minutes=30)):
     import switchml_torch  # noqa: F401  (registers the backend)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group(backend, rank=rank, world_size=world)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout)
 
 
 def value(shape, dtype, rank):
@@ -133,6 +135,7 @@ def parity_worker(rank, world, port):
     assert s["world_size"] == world and s["rank"] == rank and s["elements_per_packet"] > 0, s
     c = switchml_torch.counters()
     assert c["packets_sent"] > 0 and c["results_accepted"] > 0, c
+    switchml_torch.monitored_barrier(timeout=timedelta(seconds=60), wait_all_ranks=True)
     dist.destroy_process_group()
 
 
@@ -193,7 +196,51 @@ def dying_worker(rank, world, port, queue):
         queue.put(str(e))
 
 
+def late_worker(rank, world, port, timeout_s, late_s, queue):
+    """Rank 1 enters an all-reduce `late_s` seconds after rank 0, under a
+    group timeout of `timeout_s` and the default failure_timeout_ms (10 s)."""
+    init(rank, world, port, timeout=timedelta(seconds=timeout_s))
+    x = torch.randn(300_000, generator=torch.Generator().manual_seed(rank))
+    on_time = x.clone()
+    dist.all_reduce(on_time)
+    if rank == 1:
+        time.sleep(late_s)
+    try:
+        dist.all_reduce(x)
+        queue.put((rank, "bitwise equal" if torch.equal(x, on_time) else "different"))
+    except RuntimeError as e:
+        queue.put((rank, str(e)))
+    dist.destroy_process_group()
+
+
+def run_late(timeout_s, late_s):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    with Switch() as sw:
+        os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
+        port = free_port()
+        procs = [ctx.Process(target=late_worker, args=(r, 2, port, timeout_s, late_s, queue))
+                 for r in range(2)]
+        for p in procs:
+            p.start()
+        results = dict(queue.get(timeout=timeout_s + late_s + 60) for _ in range(2))
+        for p in procs:
+            p.join(timeout=60)
+    return results
+
+
 class TorchBackendTest(unittest.TestCase):
+    def test_a_rank_15_s_late_is_waited_for_under_a_60_s_group_timeout(self):
+        self.assertEqual(run_late(timeout_s=60, late_s=15),
+                         {0: "bitwise equal", 1: "bitwise equal"})
+
+    def test_a_rank_later_than_the_group_timeout_fails_every_rank_naming_it(self):
+        results = run_late(timeout_s=3, late_s=6)
+        for rank in (0, 1):
+            self.assertRegex(results[rank], r"^switchml all_reduce: .* Timed out after 3\d\d\d ms",
+                             f"rank {rank}")
+            self.assertIn("no contribution from rank 1 ", results[rank], f"rank {rank}")
+
     def test_allreduce_of_many_shapes_and_dtypes_equals_gloo(self):
         with Switch() as sw:
             os.environ["SWITCHML_SWITCH_ADDRESS"] = sw.address
