@@ -67,6 +67,17 @@ Nanos RunUntilCalled(WorkerEngine& e, DataPlane& dp, RecordingSink& sink, const 
   return now;
 }
 
+// Runs `e`'s timers alone (nothing answers) until it has none left, at most
+// 1000 of them; returns the time of the last.
+Nanos RunTimersToTheEnd(WorkerEngine& e, RecordingSink& sink) {
+  Nanos at{-1};
+  for (int steps = 0; e.NextDeadline() != Nanos::max() && steps < 1000; ++steps) {
+    at = e.NextDeadline();
+    e.OnTimer(at, sink);
+  }
+  return at;
+}
+
 TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   WorkerEngineConfig c = Config(2, 2, 4);
   EXPECT_NE(c.Validate().message().find("rank=2"), std::string::npos);
@@ -362,8 +373,7 @@ TEST(WorkerEngine, SilentSwitchFailsTheJobSayingSo) {
   ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
                  result = s;
                }).ok());
-  int steps = 0;
-  while (e.NextDeadline() != Nanos::max() && ++steps < 1000) e.OnTimer(e.NextDeadline(), sink);
+  RunTimersToTheEnd(e, sink);
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)
       << result.message();
@@ -382,16 +392,10 @@ TEST(WorkerEngine, AShortOperationTimeoutBoundsASilentSwitch) {
   RecordingSink sink;
   std::vector<int32_t> x(10, 1), y(10);
   Status result;
-  Nanos failed_at{-1};
   ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
                  result = s;
                }).ok());
-  int steps = 0;
-  while (e.NextDeadline() != Nanos::max() && ++steps < 1000) {
-    failed_at = e.NextDeadline();
-    e.OnTimer(failed_at, sink);
-  }
-  EXPECT_EQ(failed_at, milliseconds(30));
+  EXPECT_EQ(RunTimersToTheEnd(e, sink), milliseconds(30));
   EXPECT_EQ(result.code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(result.message().rfind("Timed out after 30 ms", 0), 0u) << result.message();
   EXPECT_NE(result.message().find("no answer from the switch"), std::string::npos)

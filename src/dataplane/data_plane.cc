@@ -150,15 +150,9 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
   // 32-bit words, rank r in word r/32, bit r%32: first those whose newer
   // chunk came (this one was lost), then the others (behind, or lost too).
   const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
-  PacketHeader h;
-  h.type = MessageType::kNack;
-  h.job = job.reg.id.value();
-  h.chunk = chunk_[slot];
-  h.rank = kAllRanks;
-  h.slot = job_slot;
-  h.element_count = uint16_t(2 * words);
-  h.version = version;
-  EncodeHeader(h, out);
+  EncodeHeader(
+      SlotHeader(job, slot, MessageType::kNack, kAllRanks, version, job_slot, uint16_t(2 * words)),
+      out);
   const uint64_t* seen = &seen_[slot * bitmap_words_];
   uint8_t* dst = out.data() + kHeaderBytes;
   for (uint16_t w = 0; w < words; ++w) {
@@ -381,17 +375,24 @@ Verdict DataPlane::Process(std::span<const uint8_t> packet, std::span<uint8_t> o
   return ProcessDecoded(view, out);
 }
 
-size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
-                              uint16_t job_slot, std::span<uint8_t> out) const {
-  const uint16_t k = job.reg.elements_per_packet;
+PacketHeader DataPlane::SlotHeader(const JobEntry& job, size_t slot, MessageType type,
+                                   uint16_t rank, uint8_t version, uint16_t job_slot,
+                                   uint16_t element_count) const {
   PacketHeader h;
-  h.type = MessageType::kResult;
+  h.type = type;
   h.job = job.reg.id.value();
   h.chunk = chunk_[slot];
   h.rank = rank;
   h.slot = job_slot;
-  h.element_count = k;
+  h.element_count = element_count;
   h.version = version;
+  return h;
+}
+
+size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
+                              uint16_t job_slot, std::span<uint8_t> out) const {
+  const uint16_t k = job.reg.elements_per_packet;
+  PacketHeader h = SlotHeader(job, slot, MessageType::kResult, rank, version, job_slot, k);
   h.exponent = exponent_[slot];
   h.next_exponent = max_next_exponent_[slot];
   EncodeHeader(h, out);

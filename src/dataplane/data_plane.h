@@ -252,6 +252,10 @@ class DataPlane {
   Verdict WriteUpstream(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
                         std::span<uint8_t> out);
   Verdict Drop(JobEntry* job, DropReason reason);
+  // The header of a packet the switch sends about (version, job slot):
+  // the slot's chunk id, exponents zero.
+  PacketHeader SlotHeader(const JobEntry& job, size_t slot, MessageType type, uint16_t rank,
+                          uint8_t version, uint16_t job_slot, uint16_t element_count) const;
   size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
                      uint16_t job_slot, std::span<uint8_t> out) const;
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,

@@ -25,9 +25,12 @@ constexpr uint32_t kDescriptorShare = 32;
 // each line and evicts the packet buffers.
 constexpr uint64_t kStreamingOutputBytes = 8u << 20;
 
-std::string Millis(Nanos d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+// Whole milliseconds, as the configuration's *_ms fields give them.
+std::string WholeMillis(Nanos d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
 }
+
+std::string Millis(Nanos d) { return WholeMillis(d) + " ms"; }
 
 }  // namespace
 
@@ -569,20 +572,18 @@ void WorkerEngine::Break(Status status) {
 }
 
 std::string WorkerEngine::DescribeStall(Nanos now) const {
-  const auto ms = [](Nanos d) {
-    return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
-  };
   const std::string rank = " at rank " + std::to_string(config_.rank.value()) + ": ";
   // "Timed out" is what torch users (and its tests) look for.
   const std::string what =
       timed_out_
           ? "Timed out after " + Millis(now - last_progress_) +
-                " without progress (operation_timeout_ms = " + ms(config_.operation_timeout) +
-                ") in all-reduce " + std::to_string(queue_.front().id) + " of job " +
+                " without progress (operation_timeout_ms = " +
+                WholeMillis(config_.operation_timeout) + ") in all-reduce " +
+                std::to_string(queue_.front().id) + " of job " +
                 std::to_string(config_.job.value()) + rank
           : "all-reduce of job " + std::to_string(config_.job.value()) + " made no progress for " +
                 Millis(now - last_progress_) +
-                " (failure_timeout_ms = " + ms(config_.failure_timeout) + ")" + rank;
+                " (failure_timeout_ms = " + WholeMillis(config_.failure_timeout) + ")" + rank;
   if (!switch_silent_) {
     std::string ranks;
     int listed = 0, total = 0;
