@@ -374,6 +374,24 @@ TEST_F(DataPlaneTest, AStalledSlotIsNackedNamingItsMissingRanks) {
   EXPECT_EQ(nack_of_slot_2(Nanos::max() / 2).first.action, Action::kDrop);
 }
 
+// Ranks drift apart by a packet or two; on a slow link that is longer than
+// any spread measured between ranks that happen to be in step. The first
+// NACK waits at least two of the shortest gaps between a rank's packets.
+TEST_F(DataPlaneTest, TheNackDelayIsAtLeastTwoPacketTimesOfTheLink) {
+  Register(1, 2);
+  for (uint16_t slot = 0; slot < 2; ++slot) {  // in step, 10 us apart
+    dp_->AdvanceClock(Nanos(std::chrono::microseconds(10 * slot)));
+    Send(1, 0, slot, 0, slot, {1, 1, 1, 1});
+    ASSERT_EQ(Send(1, 1, slot, 0, slot, {1, 1, 1, 1}).action, Action::kSendToAll);
+  }
+  const Nanos at = Nanos(std::chrono::microseconds(35));
+  // The complete slots' watches lapse: nothing to NACK.
+  EXPECT_EQ(dp_->NextTimerPacket(at, out_).action, Action::kDrop);
+  EXPECT_EQ(dp_->NextTimer(), Nanos::max());
+  Send(1, 0, 2, 0, 2, {1, 1, 1, 1});  // 25 us after its last: the shortest gap stays 10 us
+  EXPECT_EQ(dp_->NextTimer(), at + Nanos(std::chrono::microseconds(20)));
+}
+
 TEST_F(DataPlaneTest, ARetransmissionToAStalledSlotNacksTheMissingRanksAtOnce) {
   Register(1, 2);
   dp_->AdvanceClock(Nanos(1000));

@@ -15,6 +15,10 @@ constexpr Nanos kNackMinDelay = std::chrono::nanoseconds(500);
 // after an eighth of the stall's age, at most kNackMaxDelay.
 constexpr int kNackDoublings = 6;
 constexpr Nanos kNackMaxDelay = std::chrono::milliseconds(100);
+// ... and at least this many of the shortest gaps between a rank's packets
+// (a packet's time on its link): ranks drift apart by a few packets, and a
+// packet takes 90 ns on a 100 Gbit/s link but 9 µs on a 1 Gbit/s one.
+constexpr int kGapsPerNackDelay = 2;
 
 }  // namespace
 
@@ -118,7 +122,10 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
 }
 
 Nanos DataPlane::JobEntry::NackDelay() const {
-  return std::clamp(spread + 4 * spread_dev, kNackMinDelay, kNackMaxDelay);
+  const Nanos floor = min_gap == Nanos::max()
+                          ? kNackMinDelay
+                          : std::max(kNackMinDelay, kGapsPerNackDelay * min_gap);
+  return std::min(std::max(spread + 4 * spread_dev, floor), kNackMaxDelay);
 }
 
 void DataPlane::WatchStall(JobEntry& job, size_t slot, Nanos delay) {
@@ -296,8 +303,10 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.counters = DataPlaneCounters{};
   entry.expected = job.local_ranks.empty() ? job.world_size : uint16_t(job.local_ranks.size());
   entry.spread = entry.spread_dev = Nanos(0);
+  entry.min_gap = Nanos::max();
   entry.newest_chunk.assign(job.world_size, 0);
   entry.sent_any.assign(job.world_size, 0);
+  entry.newest_at.assign(job.world_size, Nanos(0));
   entry.local_mask.clear();
   if (!job.local_ranks.empty()) {
     entry.local_mask.assign(bitmap_words_, 0);
@@ -553,7 +562,9 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   }
 
   if (!job->sent_any[h.rank] || ChunkBefore(job->newest_chunk[h.rank], h.chunk)) {
+    if (job->sent_any[h.rank]) job->min_gap = std::min(job->min_gap, now_ - job->newest_at[h.rank]);
     job->newest_chunk[h.rank] = h.chunk;
+    job->newest_at[h.rank] = now_;
     job->sent_any[h.rank] = 1;
   }
   const uint8_t v = h.version;

@@ -230,6 +230,11 @@ class DataPlane {
     // stalled one; one that sent nothing newer may only be behind.
     std::vector<uint32_t> newest_chunk;
     std::vector<uint8_t> sent_any;
+    // Per rank: when its newest chunk came; and the shortest gap between one
+    // rank's consecutive packets (its link's packet time; max: none yet),
+    // which floors the NACK delay.
+    std::vector<Nanos> newest_at;
+    Nanos min_gap = Nanos::max();
     bool SentNewer(uint16_t rank, uint32_t chunk) const {
       return sent_any[rank] && ChunkBefore(chunk, newest_chunk[rank]);
     }
