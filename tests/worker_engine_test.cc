@@ -335,6 +335,93 @@ TEST(WorkerEngine, ANackResendsTheLostPacketAtOnceAndOnlyFromTheRankItNames) {
   EXPECT_EQ(e1.counters().retransmissions, 0u);
 }
 
+// A NACK for the next round of a slot whose result this rank still waits
+// for: the others had that result, so the switch sent this rank's before the
+// NACK, and the link lost it. The packet goes again at once, long before the
+// timeout, and once per round trip however many such NACKs come.
+TEST(WorkerEngine, ANackForTheNextRoundOfAnOutstandingSlotResendsItAtOnce) {
+  WorkerEngine e(Config(2, 0, 4));
+  RecordingSink sink;
+  std::vector<int32_t> x(4 * 32), y(x.size());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 4u);  // the descriptor round, slots 0-3
+  PacketHeader h = HeaderOf(sink.sent[0]);
+  h.type = MessageType::kNack;
+  h.rank = kAllRanks;
+  h.chunk += 4;  // slot 0's next round
+  h.version ^= 1;
+  h.element_count = 2;
+  std::vector<uint8_t> nack(PacketBytes(2));
+  EncodeHeader(h, nack);
+  StoreBe32(&nack[kHeaderBytes + 4], 0b01);         // rank 0 behind: it has not sent that chunk
+  const Nanos at = std::chrono::microseconds(100);  // a tenth of the 1 ms timeout
+  e.OnPacket(nack, at, sink);
+  e.OnPacket(nack, at + std::chrono::microseconds(1), sink);
+  EXPECT_EQ(e.counters().nacks_received, 2u);
+  EXPECT_EQ(e.counters().fast_retransmissions, 1u);
+  EXPECT_EQ(e.counters().nacks_ignored, 1u);
+  ASSERT_EQ(sink.sent.size(), 5u);
+  EXPECT_EQ(sink.sent[4], sink.sent[0]);
+}
+
+// At an operation's end: the other rank has all of its results and sends the
+// next operation, while this one lost two results of the last round. The
+// switch's NACK for the next operation names this rank, which then resends
+// both at once instead of waiting for its timeout (and the other rank with
+// it).
+TEST(WorkerEngine, ANackFromTheNextOperationResendsEveryResultStillMissing) {
+  auto sw = SwitchWithJob(2, 4);
+  WorkerEngine e0(Config(2, 0, 4)), e1(Config(2, 1, 4));
+  RecordingSink s0, s1;
+  std::vector<int32_t> x(4 * 32, 1), y0(x.size()), y1(x.size()), z1(x.size());
+  int done0 = 0, done1 = 0;
+  ASSERT_TRUE(e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                  done0 += s.ok();
+                }).ok());
+  ASSERT_TRUE(e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                  done1 += s.ok();
+                }).ok());
+  ASSERT_TRUE(e1.Submit(x.data(), z1.data(), x.size(), DType::kInt32, {}).ok());
+  Nanos now(0);
+  e0.OnTimer(now, s0);
+  e1.OnTimer(now, s1);
+  std::vector<uint8_t> out(PacketBytes(32));
+  size_t d0 = 0, d1 = 0, results_to_0 = 0;
+  auto pump = [&] {
+    sw->AdvanceClock(now);
+    while (d0 < s0.sent.size() || d1 < s1.sent.size()) {
+      for (auto [d, sent] : {std::pair{&d0, &s0.sent}, std::pair{&d1, &s1.sent}}) {
+        if (*d >= sent->size()) continue;
+        const Verdict v = sw->Process((*sent)[(*d)++], out);
+        const std::span<const uint8_t> p(out.data(), v.out_bytes);
+        if (v.action == Action::kReplyToSender && v.rank == 0) e0.OnPacket(p, now, s0);
+        if (v.action != Action::kSendToAll) continue;
+        // Rank 0 loses the results of slots 2 and 3 of the data round.
+        if (++results_to_0 <= 6) e0.OnPacket(p, now, s0);
+        e1.OnPacket(p, now, s1);
+      }
+    }
+  };
+  now = std::chrono::microseconds(10);
+  pump();
+  EXPECT_EQ(done1, 1);  // rank 1 is done, and sent the next operation
+  EXPECT_EQ(done0, 0);
+  EXPECT_EQ(e0.counters().retransmissions, 0u);
+  now = sw->NextTimer();
+  ASSERT_LT(now, milliseconds(1));
+  std::vector<uint8_t> nack;
+  for (Verdict v; (v = sw->NextTimerPacket(now, out)).action != Action::kDrop;) {
+    ASSERT_EQ(v.action, Action::kNackToAll);
+    e0.OnPacket(std::span(out.data(), v.out_bytes), now, s0);
+  }
+  EXPECT_GE(e0.counters().nacks_received, 1u);
+  EXPECT_EQ(e0.counters().fast_retransmissions, 2u);
+  pump();
+  EXPECT_EQ(done0, 1);
+  EXPECT_EQ(y0, y1);
+}
+
 // What is not a NACK for this rank's outstanding slot changes nothing.
 TEST(WorkerEngine, ANackForAnotherJobOrOfTheWrongSizeIsCountedAndIgnored) {
   WorkerEngine e(Config(2, 0, 4));

@@ -344,7 +344,19 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     // The switch misses this rank in a chunk it has not sent yet: the others
     // moved on, so what holds this rank back (a lost result) is overdue.
     ++counters_.nacks_received;
-    ResendOverdue(now, sink);
+    if (slot.outstanding) {
+      // They sent this slot's next round, so they had its result, and the
+      // switch sent this rank's before this NACK (links keep order): lost.
+      ResendLostResult(slot, index, now, sink);
+    } else if (!ChunkBefore(h.chunk, next_chunk_base_)) {
+      // They are in the next operation: every slot of this one completed,
+      // and each result this rank still waits for was lost.
+      for (uint16_t i = 0; i < queue_.front().window; ++i) {
+        if (slots_[i].outstanding) ResendLostResult(slots_[i], i, now, sink);
+      }
+    } else {
+      ResendOverdue(now, sink);
+    }
     return;
   }
   if (!slot.outstanding || h.version != slot.version || h.chunk != expected_chunk) {
@@ -415,6 +427,15 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   const bool witnessed = lost && slot.attempts == 0;
   if (!witnessed && !Overdue(slot, now)) {
     ++counters_.nacks_ignored;  // the switch NACKs again if it is lost
+    return;
+  }
+  ResendBeforeTimeout(slot, index, now, sink);
+}
+
+void WorkerEngine::ResendLostResult(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  // A resend less than a round trip ago may still be answered.
+  if (slot.attempts > 0 && now - slot.resent_at < (srtt_ > Nanos(0) ? srtt_ : rto_)) {
+    ++counters_.nacks_ignored;
     return;
   }
   ResendBeforeTimeout(slot, index, now, sink);

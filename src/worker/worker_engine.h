@@ -31,8 +31,10 @@
 // stalls. A missing rank resends at once when the switch saw a newer packet
 // of it (links deliver in order, so this one was lost), else when a packet
 // it sent later already got its result, or two smoothed round trips passed
-// (Overdue()). A NACK for a chunk it has not sent yet finds a lost result
-// the same way. Otherwise the slot's timeout resends: the smoothed round
+// (Overdue()). A NACK for a chunk it has not sent yet finds a lost result:
+// for the next round of a slot it waits on, that slot's; for its next
+// operation, every one it waits for (the others finished this one); else
+// the oldest unanswered packet, as above. Otherwise the slot's timeout resends: the smoothed round
 // trip plus four deviations (RFC 6298), at least twice the round trip,
 // floored in microseconds. Only a timeout with no answer from the switch at
 // all backs off: a random loss is not congestion. Loss-free in-order links
@@ -208,6 +210,10 @@ class WorkerEngine {
   // Resends the oldest unanswered transmission if it is Overdue(): the
   // switch NACKed this rank for a chunk it has not sent.
   void ResendOverdue(Nanos now, PacketSink& sink);
+  // Resends the slot's packet, whose result the switch must have sent and
+  // the link lost (a NACK says the others moved past it), unless it was
+  // resent less than a round trip ago.
+  void ResendLostResult(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // A resend a NACK called for, before the slot's timeout (counted in
   // fast_retransmissions); the timeout restarts.
   void ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
