@@ -34,9 +34,9 @@
 // (Overdue()). A NACK for a chunk it has not sent yet finds a lost result:
 // for the next round of a slot it waits on, that slot's; for its next
 // operation, every one it waits for (the others finished this one); else
-// the oldest unanswered packet, as above. Otherwise the slot's timeout resends: the smoothed round
-// trip plus four deviations (RFC 6298), at least twice the round trip,
-// floored in microseconds. Only a timeout with no answer from the switch at
+// the oldest unanswered packet, as above. Otherwise the slot's timeout
+// resends: the smoothed round trip plus four deviations (RFC 6298), at least
+// twice the round trip, floored in microseconds. Only a timeout with no answer from the switch at
 // all backs off: a random loss is not congestion. Loss-free in-order links
 // resend nothing; reordering can cost a resend (it breaks the in-order
 // witness).
