@@ -67,6 +67,16 @@ Nanos RunUntilCalled(WorkerEngine& e, DataPlane& dp, RecordingSink& sink, const 
   return now;
 }
 
+// The header of a NACK from the switch about the slot, version and chunk of
+// `sent` (a packet the engine sent), with the two bitmaps of a 2-rank job.
+PacketHeader NackHeaderAbout(const std::vector<uint8_t>& sent) {
+  PacketHeader h = HeaderOf(sent);
+  h.type = MessageType::kNack;
+  h.rank = kAllRanks;
+  h.element_count = 2;
+  return h;
+}
+
 // Runs `e`'s timers alone (nothing answers) until it has none left, at most
 // 1000 of them; returns the time of the last.
 Nanos RunTimersToTheEnd(WorkerEngine& e, RecordingSink& sink) {
@@ -346,12 +356,9 @@ TEST(WorkerEngine, ANackForTheNextRoundOfAnOutstandingSlotResendsItAtOnce) {
   ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
   e.OnTimer(Nanos(0), sink);
   ASSERT_EQ(sink.sent.size(), 4u);  // the descriptor round, slots 0-3
-  PacketHeader h = HeaderOf(sink.sent[0]);
-  h.type = MessageType::kNack;
-  h.rank = kAllRanks;
+  PacketHeader h = NackHeaderAbout(sink.sent[0]);
   h.chunk += 4;  // slot 0's next round
   h.version ^= 1;
-  h.element_count = 2;
   std::vector<uint8_t> nack(PacketBytes(2));
   EncodeHeader(h, nack);
   StoreBe32(&nack[kHeaderBytes + 4], 0b01);         // rank 0 behind: it has not sent that chunk
@@ -410,7 +417,6 @@ TEST(WorkerEngine, ANackFromTheNextOperationResendsEveryResultStillMissing) {
   EXPECT_EQ(e0.counters().retransmissions, 0u);
   now = sw->NextTimer();
   ASSERT_LT(now, milliseconds(1));
-  std::vector<uint8_t> nack;
   for (Verdict v; (v = sw->NextTimerPacket(now, out)).action != Action::kDrop;) {
     ASSERT_EQ(v.action, Action::kNackToAll);
     e0.OnPacket(std::span(out.data(), v.out_bytes), now, s0);
@@ -430,10 +436,7 @@ TEST(WorkerEngine, ANackForAnotherJobOrOfTheWrongSizeIsCountedAndIgnored) {
   ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
   e.OnTimer(Nanos(0), sink);
   const PacketHeader sent = HeaderOf(sink.sent[0]);
-  PacketHeader h = sent;
-  h.type = MessageType::kNack;
-  h.rank = kAllRanks;
-  h.element_count = 2;
+  PacketHeader h = NackHeaderAbout(sink.sent[0]);
   std::vector<uint8_t> nack(PacketBytes(2));
   StoreBe32(&nack[kHeaderBytes], 0b01);  // rank 0's packet was lost
   h.job = sent.job + 1;                  // forged: another job

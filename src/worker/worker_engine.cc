@@ -434,7 +434,7 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
 
 void WorkerEngine::ResendLostResult(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   // A resend less than a round trip ago may still be answered.
-  if (slot.attempts > 0 && now - slot.resent_at < (srtt_ > Nanos(0) ? srtt_ : rto_)) {
+  if (slot.attempts > 0 && now - slot.resent_at < SmoothedRoundTrip()) {
     ++counters_.nacks_ignored;
     return;
   }
@@ -453,7 +453,7 @@ bool WorkerEngine::Overdue(const Slot& slot, Nanos now) const {
   // Without that witness (a resend, whose NACK may predate it; or no later
   // result yet, as when every slot waits at scale) twice the smoothed round
   // trip must have passed: longer than a packet takes, even queued.
-  return now - slot.resent_at >= 2 * (srtt_ > Nanos(0) ? srtt_ : rto_);
+  return now - slot.resent_at >= 2 * SmoothedRoundTrip();
 }
 
 void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {

@@ -36,10 +36,9 @@
 // operation, every one it waits for (the others finished this one); else
 // the oldest unanswered packet, as above. Otherwise the slot's timeout
 // resends: the smoothed round trip plus four deviations (RFC 6298), at least
-// twice the round trip, floored in microseconds. Only a timeout with no answer from the switch at
-// all backs off: a random loss is not congestion. Loss-free in-order links
-// resend nothing; reordering can cost a resend (it breaks the in-order
-// witness).
+// twice the round trip, floored in microseconds. Only a timeout with no
+// answer from the switch at all backs off: a random loss is not congestion. Loss-free in-order
+// links resend nothing; reordering can cost a resend (it breaks the in-order witness).
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -225,6 +224,8 @@ class WorkerEngine {
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
   void SampleRoundTrip(Nanos sample);
+  // The smoothed round trip; the timeout until the first sample.
+  Nanos SmoothedRoundTrip() const { return srtt_ > Nanos(0) ? srtt_ : rto_; }
   // From when on the switch counts as quiet: it sent nothing for
   // min(2 max_retransmit_timeout, failure_timeout / 2), or nothing that
   // named missing ranks since the last progress.
