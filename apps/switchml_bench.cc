@@ -75,9 +75,15 @@ constexpr ContextFlag kContextFlags[] = {
      "send segmented and receive coalesced datagrams (UDP GSO/GRO) where the kernel has them "
      "(true/false); with --local, the switch too"},
     {"--transport", "transport",
-     "how data packets travel: udp or af_xdp; with --local, the switch too"},
+     "how data packets travel: udp, af_xdp or dpdk; with --local, the switch too"},
     {"--interface", "interface",
      "af_xdp: the network interface (default: the one facing the switch)"},
+    {"--dpdk-eal", "dpdk_eal_args",
+     "dpdk: the EAL arguments, quoted as one (e.g. \"-l 0 --no-huge -m 512 "
+     "--vdev=net_af_packet0,iface=eth0\")"},
+    {"--dpdk-port", "dpdk_port", "dpdk: the port's device name (default: the only one)"},
+    {"--dpdk-address", "dpdk_address",
+     "dpdk: the port's IPv4 address (default: the kernel route's)"},
 };
 
 // No rank given anywhere (defaults < file < environment < flags).

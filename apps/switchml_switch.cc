@@ -69,8 +69,8 @@ int main(int argc, char** argv) {
                  "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
                  "has them (true/false)");
   app.add_option("--transport", config.transport,
-                 "how data packets travel: udp (kernel UDP sockets) or af_xdp (AF_XDP sockets, "
-                 "kernel bypass; needs root)");
+                 "how data packets travel: udp (kernel UDP sockets), af_xdp (AF_XDP sockets, "
+                 "kernel bypass; needs root) or dpdk (a DPDK poll-mode port; needs root)");
   app.add_option("--metrics-address", config.metrics_address,
                  "serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics); empty: off");
   app.add_option("--job-stats-grace-s", config.job_stats_grace_s,
@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint32_t{0}, switchml::SwitchConfig::kMaxJobStatsGraceS));
   app.add_option("--interface", config.interface,
                  "af_xdp: the network interface (default: the one holding --bind)");
+  app.add_option("--dpdk-eal", config.dpdk_eal_args,
+                 "dpdk: the EAL arguments, quoted as one (e.g. \"-l 0 --no-huge -m 512 "
+                 "--vdev=net_af_packet0,iface=eth0\")");
+  app.add_option("--dpdk-port", config.dpdk_port,
+                 "dpdk: the port's device name (default: the only one)");
+  app.add_option("--dpdk-address", config.dpdk_address,
+                 "dpdk: the port's IPv4 address (default: --bind's)");
   app.add_option("--upstream", config.upstream,
                  "HOST[:PORT] of an upstream switch: be a rack switch of a tree (docs/design.md "
                  "§10), forwarding joins there and each completed slot as one member");

@@ -19,6 +19,9 @@ set(SWITCHML_OBJECTS src/common/library.cc
   $<TARGET_OBJECTS:switchml_core> $<TARGET_OBJECTS:switchml_transport> $<TARGET_OBJECTS:switchml_sim>
   $<TARGET_OBJECTS:switchml_rpc> $<TARGET_OBJECTS:switchml_switch>
   $<TARGET_OBJECTS:switchml_client> $<TARGET_OBJECTS:switchml_proto>)
+if(SWITCHML_HAVE_DPDK)
+  list(APPEND SWITCHML_OBJECTS $<TARGET_OBJECTS:switchml_dpdk>)
+endif()
 add_library(switchml SHARED ${SWITCHML_OBJECTS})
 add_library(switchml_static STATIC ${SWITCHML_OBJECTS})
 foreach(lib switchml switchml_static)
@@ -26,6 +29,9 @@ foreach(lib switchml switchml_static)
     PkgConfig::TOMLPP PkgConfig::SODIUM Threads::Threads prometheus-cpp::pull)
   if(SWITCHML_HAVE_AF_XDP)
     target_link_libraries(${lib} PRIVATE PkgConfig::XDP)
+  endif()
+  if(SWITCHML_HAVE_DPDK)
+    target_link_libraries(${lib} PRIVATE PkgConfig::DPDK)
   endif()
   target_include_directories(${lib} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_include_directories(${lib} PUBLIC
@@ -62,6 +68,12 @@ if(SWITCHML_HAVE_AF_XDP)
   set(SWITCHML_STATIC_NEEDS_XDP TRUE)
 else()
   set(SWITCHML_STATIC_NEEDS_XDP FALSE)
+endif()
+if(SWITCHML_HAVE_DPDK)
+  string(APPEND SWITCHML_STATIC_REQUIRES " libdpdk")
+  set(SWITCHML_STATIC_NEEDS_DPDK TRUE)
+else()
+  set(SWITCHML_STATIC_NEEDS_DPDK FALSE)
 endif()
 configure_package_config_file(cmake/switchmlConfig.cmake.in
   ${PROJECT_BINARY_DIR}/switchmlConfig.cmake

@@ -14,8 +14,9 @@
 #include "dataplane/data_plane.h"
 #include "net/address.h"
 #include "switch/packet_handler.h"
-#include "transport/xdp/frames.h"
-#include "transport/xdp/mac_table.h"
+#include "transport/ethernet/arp.h"
+#include "transport/ethernet/frames.h"
+#include "transport/ethernet/mac_table.h"
 #include "worker/worker_engine.h"
 
 namespace {
@@ -85,7 +86,7 @@ struct World {
   CountingSink replies;
   std::vector<uint8_t> handler_out = std::vector<uint8_t>(MaxPacketBytes(64));
   std::unique_ptr<WorkerEngine> engine;
-  transport::xdp::MacTable macs;
+  transport::ethernet::MacTable macs;
   std::vector<float> input, output;
   NullSink sink;
   int64_t now = 0;
@@ -160,16 +161,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // As an Ethernet frame to an AF_XDP endpoint: a parsed frame's payload lies
   // inside it, a frame rebuilt from what was parsed parses back the same, and
   // its source is then found in the MAC table that learned it.
-  if (const auto frame = transport::xdp::ParseFrame(bytes)) {
+  if (const auto frame = transport::ethernet::ParseFrame(bytes)) {
     const std::span<const uint8_t> payload = frame->payload;
-    if (payload.data() < data + transport::xdp::kHeaderBytes ||
+    if (payload.data() < data + transport::ethernet::kHeaderBytes ||
         payload.data() + payload.size() > data + size) {
       std::abort();
     }
-    std::vector<uint8_t> rebuilt(transport::xdp::kHeaderBytes + payload.size());
-    std::copy(payload.begin(), payload.end(), rebuilt.begin() + transport::xdp::kHeaderBytes);
-    transport::xdp::WriteHeaders(rebuilt, payload.size(), frame->addresses, 1);
-    const auto again = transport::xdp::ParseFrame(rebuilt);
+    std::vector<uint8_t> rebuilt(transport::ethernet::kHeaderBytes + payload.size());
+    std::copy(payload.begin(), payload.end(), rebuilt.begin() + transport::ethernet::kHeaderBytes);
+    transport::ethernet::WriteHeaders(rebuilt, payload.size(), frame->addresses, 1);
+    const auto again = transport::ethernet::ParseFrame(rebuilt);
     const auto& a = frame->addresses;
     if (!again ||
         !std::equal(payload.begin(), payload.end(), again->payload.begin(), again->payload.end()) ||
@@ -180,8 +181,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const uint32_t source = a.source.sin_addr.s_addr;
     world->macs.Learn(source, a.source_mac);
-    const transport::xdp::Mac* learned = world->macs.Find(source);
+    const transport::ethernet::Mac* learned = world->macs.Find(source);
     if (source != 0 && (learned == nullptr || *learned != a.source_mac)) std::abort();
+  }
+  // As an ARP frame to a DPDK endpoint: what parses is rebuilt the same.
+  if (const auto arp = transport::ethernet::ParseArp(bytes)) {
+    std::vector<uint8_t> rebuilt(transport::ethernet::kArpFrameBytes);
+    const transport::ethernet::Mac dest{data[0], data[1], data[2], data[3], data[4], data[5]};
+    transport::ethernet::WriteArp(rebuilt, *arp, dest);
+    const auto again = transport::ethernet::ParseArp(rebuilt);
+    if (!again || again->op != arp->op || again->sender_mac != arp->sender_mac ||
+        again->sender_ip != arp->sender_ip || again->target_mac != arp->target_mac ||
+        again->target_ip != arp->target_ip ||
+        !std::equal(rebuilt.begin(), rebuilt.begin() + 6, data) ||
+        !std::equal(rebuilt.begin() + 12, rebuilt.begin() + 42, data + 12)) {
+      std::abort();
+    }
   }
   return 0;
 }

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "switchml/control.pb.h"
-#include "transport/xdp/frames.h"
+#include "transport/ethernet/frames.h"
 #include "wire/wire_format.h"
 
 using namespace switchml;
@@ -57,16 +57,16 @@ int main(int argc, char** argv) {
     h.job = 7;
     h.rank = uint16_t(i);
     h.element_count = 32;
-    std::vector<uint8_t> f(transport::xdp::kHeaderBytes + PacketBytes(32));
-    EncodeHeader(h, std::span(f).subspan(transport::xdp::kHeaderBytes));
-    transport::xdp::FrameAddresses a;
+    std::vector<uint8_t> f(transport::ethernet::kHeaderBytes + PacketBytes(32));
+    EncodeHeader(h, std::span(f).subspan(transport::ethernet::kHeaderBytes));
+    transport::ethernet::FrameAddresses a;
     a.source_mac = {2, 0, 0, 0, 0, uint8_t(10 + i)};
     a.dest_mac = {2, 0, 0, 0, 0, 1};
     a.source.sin_addr.s_addr = htonl(0x0a620000u + 10 + uint32_t(i));
     a.dest.sin_addr.s_addr = htonl(0x0a620001u);
     a.source.sin_port = htons(uint16_t(40000 + i));
     a.dest.sin_port = htons(48864);
-    transport::xdp::WriteHeaders(f, PacketBytes(32), a, uint16_t(i));
+    transport::ethernet::WriteHeaders(f, PacketBytes(32), a, uint16_t(i));
     Write(dir + "/packet/frame" + std::to_string(i), std::string(f.begin(), f.end()));
   }
   std::string sequence;

@@ -13,6 +13,7 @@ namespace {
 
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
 using std::chrono::seconds;
 
 class EventFd {
@@ -34,7 +35,7 @@ TEST(SpinThenPoll, AReadyDescriptorReturnsAtOnce) {
   e.Signal();
   for (auto spin : {microseconds(0), microseconds(200), microseconds(seconds(60))}) {
     pollfd fd = e.Readable();
-    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, seconds(60)), 1);
+    EXPECT_EQ(SpinThenPoll(&fd, 1, nullptr, spin, seconds(60)), 1);
     EXPECT_TRUE(fd.revents & POLLIN);
   }
 }
@@ -44,7 +45,7 @@ TEST(SpinThenPoll, NothingReadyEndsAtTheTimeout) {
   // Spinning for part, all or (capped) more than all of the timeout.
   for (auto spin : {microseconds(0), microseconds(500), microseconds(2000), microseconds(5000)}) {
     pollfd fd = e.Readable();
-    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, milliseconds(2)), 0) << spin.count();
+    EXPECT_EQ(SpinThenPoll(&fd, 1, nullptr, spin, milliseconds(2)), 0) << spin.count();
     EXPECT_EQ(fd.revents, 0);
   }
 }
@@ -59,17 +60,45 @@ TEST(SpinThenPoll, DataWakesItWhileSpinningAndWhileAsleep) {
       e.Signal();
     });
     pollfd fd = e.Readable();
-    EXPECT_EQ(SpinThenPoll(&fd, 1, spin, seconds(60)), 1);
+    EXPECT_EQ(SpinThenPoll(&fd, 1, nullptr, spin, seconds(60)), 1);
     EXPECT_TRUE(fd.revents & POLLIN);
     writer.join();
   }
+}
+
+// A poll-mode source, ready from its `ready_at`-th poll on.
+struct CountingSource final : PolledSource {
+  explicit CountingSource(int ready_at) : ready_at(ready_at) {}
+  bool Ready() override { return ++polls >= ready_at; }
+  int ready_at;
+  int polls = 0;
+};
+
+TEST(SpinThenPoll, APolledSourceWakesItWhileSpinningAndBetweenNaps) {
+  for (const nanoseconds spin : {nanoseconds(0), nanoseconds(seconds(60))}) {
+    EventFd e;
+    pollfd fd = e.Readable();
+    CountingSource source(3);
+    EXPECT_EQ(SpinThenPoll(&fd, 1, &source, spin, seconds(60)), 1) << spin.count();
+    EXPECT_EQ(source.polls, 3) << spin.count();
+  }
+}
+
+TEST(SpinThenPoll, ASourceNeverReadyEndsAtTheTimeoutAndADescriptorStillWakesIt) {
+  EventFd e;
+  pollfd fd = e.Readable();
+  CountingSource never(INT32_MAX);
+  EXPECT_EQ(SpinThenPoll(&fd, 1, &never, nanoseconds(0), milliseconds(2)), 0);
+  EXPECT_GE(never.polls, 2);
+  e.Signal();
+  EXPECT_EQ(SpinThenPoll(&fd, 1, &never, nanoseconds(0), seconds(60)), 1);
 }
 
 TEST(SpinThenPoll, WatchesEveryDescriptor) {
   EventFd a, b;
   b.Signal();
   pollfd fds[2] = {a.Readable(), b.Readable()};
-  EXPECT_EQ(SpinThenPoll(fds, 2, microseconds(200), seconds(60)), 1);
+  EXPECT_EQ(SpinThenPoll(fds, 2, nullptr, microseconds(200), seconds(60)), 1);
   EXPECT_EQ(fds[0].revents, 0);
   EXPECT_TRUE(fds[1].revents & POLLIN);
 }

@@ -448,6 +448,7 @@ TEST(SwitchMetrics, ServedOverHttpInStrictExpositionFormatAndTotalsOutliveJobs) 
   // Kernel UDP parses the headers: no frame reached the switch malformed.
   EXPECT_EQ(s.during.at("switchml_transport_drops_total"), 0) << s.during_text;
   EXPECT_EQ(s.during.at("switchml_transport_kernel_path_total"), 0) << s.during_text;
+  EXPECT_EQ(s.during.at("switchml_transport_off_queue_total"), 0) << s.during_text;
 
   // The totals count on after the job's end, and within the grace period
   // (300 s by default) its series stay, with its last counts, as ended.

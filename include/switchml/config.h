@@ -68,12 +68,21 @@ struct ContextConfig {
   // arrive coalesced (UDP_GRO), saving a trip through the kernel per packet.
   // false: one system-call entry per datagram, for A/B runs.
   bool udp_offload = true;
-  // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
+  // How data packets travel: "udp" (kernel UDP sockets), "af_xdp" (AF_XDP
   // sockets, bypassing the kernel's UDP stack; needs root, an interface
-  // with at least `threads` receive queues, elements_per_packet at most 512).
+  // with at least `threads` receive queues, elements_per_packet at most 512)
+  // or "dpdk" (a DPDK poll-mode port; needs root and the dpdk_* settings).
   std::string transport = "udp";
   // af_xdp: the network interface (empty: the one that faces the switch).
   std::string interface;
+  // dpdk: the EAL arguments, separated by white space (e.g. "-l 0 --no-huge
+  // -m 512 --vdev=net_af_packet0,iface=eth0"; docs/transports.md).
+  std::string dpdk_eal_args;
+  // dpdk: the port's device name (empty: the only one the EAL found).
+  std::string dpdk_port;
+  // dpdk: the port's IPv4 address (empty: the kernel's route's, right for a
+  // kernel interface driven through net_af_packet or net_af_xdp).
+  std::string dpdk_address;
   // Optional job secret, 64 hex digits: every packet then carries a keyed MAC
   // and the switch drops packets without a valid one. Same on every rank.
   std::string auth_key;

@@ -46,12 +46,22 @@ struct SwitchConfig {
   // send each receive batch's results per destination as segmented
   // super-datagrams (UDP_SEGMENT). false: one datagram per system-call entry.
   bool udp_offload = true;
-  // How data packets travel: "udp" (kernel UDP sockets) or "af_xdp" (AF_XDP
+  // How data packets travel: "udp" (kernel UDP sockets), "af_xdp" (AF_XDP
   // sockets; needs root, an interface with at least data_threads receive
-  // queues and, bound to 0.0.0.0, `interface`).
+  // queues and, bound to 0.0.0.0, `interface`) or "dpdk" (a DPDK poll-mode
+  // port with at least data_threads queue pairs; needs root and the dpdk_*
+  // settings).
   std::string transport = "udp";
   // af_xdp: the network interface (empty: the one holding bind_address).
   std::string interface;
+  // dpdk: the EAL arguments, separated by white space (e.g. "-l 0 --no-huge
+  // -m 512 --vdev=net_af_packet0,iface=eth0"; docs/transports.md).
+  std::string dpdk_eal_args;
+  // dpdk: the port's device name (empty: the only one the EAL found).
+  std::string dpdk_port;
+  // dpdk: the port's IPv4 address (empty: the kernel's route's, right for a
+  // kernel interface driven through net_af_packet or net_af_xdp).
+  std::string dpdk_address;
   // Serve Prometheus metrics over HTTP at HOST:PORT (GET /metrics; port 0:
   // a free one, see metrics_port()); empty: off.
   std::string metrics_address;

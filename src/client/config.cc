@@ -85,11 +85,16 @@ const Field kFields[] = {
      "where the kernel has them",
      nullptr, nullptr, 0, 0, &ContextConfig::udp_offload},
     {"transport",
-     "how data packets travel: udp (kernel UDP sockets) or af_xdp (AF_XDP sockets, kernel "
-     "bypass)",
+     "how data packets travel: udp (kernel UDP sockets), af_xdp (AF_XDP sockets, kernel "
+     "bypass) or dpdk (a DPDK poll-mode port)",
      &ContextConfig::transport},
     {"interface", "af_xdp: the network interface (empty: the one facing the switch)",
      &ContextConfig::interface},
+    {"dpdk_eal_args", "dpdk: the EAL arguments, separated by spaces",
+     &ContextConfig::dpdk_eal_args},
+    {"dpdk_port", "dpdk: the port's device name (empty: the only one)", &ContextConfig::dpdk_port},
+    {"dpdk_address", "dpdk: the port's IPv4 address (empty: the kernel route's)",
+     &ContextConfig::dpdk_address},
 };
 
 // A TOML basic string.

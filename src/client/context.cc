@@ -167,11 +167,11 @@ transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, si
   // Up to 64 small datagrams per call (fewer system calls), but no more than
   // 256 KiB of large ones, so a batch is still in cache when it is read.
   o.receive_batch = std::clamp<size_t>((size_t{256} << 10) / max_bytes, 8, 64);
-  o.coalesced_buffers = 8;
-  o.socket_buffer_bytes = int(config.socket_buffer_bytes);
+  o.udp.coalesced_buffers = 8;
+  o.udp.socket_buffer_bytes = int(config.socket_buffer_bytes);
   o.window =
       (size_t{config.pool_slots} + config.threads - 1) / std::max<uint32_t>(config.threads, 1);
-  o.offload = config.udp_offload;
+  o.udp.offload = config.udp_offload;
   return o;
 }
 
@@ -235,7 +235,11 @@ Status TakeAssignment(const ContextConfig& config, const control::v1::Assignment
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config) {
   // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
-  return Start(config, transport::MakeTransport(config.transport, {config.interface}).value());
+  auto made = transport::MakeTransport(
+      config.transport,
+      {{config.interface}, {config.dpdk_eal_args, config.dpdk_port, config.dpdk_address}});
+  if (!made.ok()) return made.status();
+  return Start(config, std::move(made).value());
 }
 
 StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
@@ -290,8 +294,8 @@ StatusOr<std::unique_ptr<Context>> Context::Start(const ContextConfig& config,
   for (uint32_t t = 0; t < config.threads; ++t) {
     transport::EndpointOptions options =
         WorkerEndpointOptions(config, MaxPacketBytes(kMinElementsPerPacket));
-    options.sibling = t;
-    options.siblings = config.threads;
+    options.shard = t;
+    options.shards = config.threads;
     auto endpoint = transport->Open(locals[t % host_count], options);
     if (!endpoint.ok()) return endpoint.status();
     endpoints.push_back(std::move(endpoint).value());

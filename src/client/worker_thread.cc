@@ -136,11 +136,9 @@ void WorkerThread::DrainMailbox() {
 
 void WorkerThread::Run() {
   BatchSink sink(*endpoint_, auth_);
-  // A negative fd (no group, no extra) is ignored by ppoll.
-  pollfd fds[4] = {{endpoint_->poll_fd(), POLLIN, 0},
-                   {mailbox_.fd(), POLLIN, 0},
-                   {group_ ? group_->poll_fd() : -1, POLLIN, 0},
-                   {endpoint_->extra_poll_fd(), POLLIN, 0}};
+  std::vector<pollfd> fds =
+      transport::WaitDescriptors(mailbox_.fd(), {endpoint_.get(), group_.get()});
+  transport::PolledEndpoints polled({endpoint_.get(), group_.get()});
   while (!stop_.load(std::memory_order_relaxed)) {
     if (mailbox_.pending()) DrainMailbox();
     Nanos now = Now();
@@ -152,8 +150,8 @@ void WorkerThread::Run() {
     const Nanos wait = deadline == Nanos::max()
                            ? std::chrono::seconds(1)
                            : std::clamp(deadline - now, Nanos(0), Nanos(std::chrono::seconds(1)));
-    poller_.Wait(fds, 4, wait);
-    if (fds[1].revents & POLLIN) DrainMailbox();
+    poller_.Wait(fds.data(), fds.size(), wait, polled.source());
+    if (fds[0].revents & POLLIN) DrainMailbox();
     for (int round = 0; round < 16; ++round) {
       const size_t unicast = ReceiveBatch(*endpoint_, sink);
       const size_t multicast = group_ ? ReceiveBatch(*group_, sink) : 0;

@@ -7,21 +7,35 @@
 
 namespace switchml::net {
 
-int SpinThenPoll(pollfd* fds, nfds_t count, std::chrono::nanoseconds spin,
+namespace {
+int Ppoll(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout) {
+  const timespec ts{time_t(timeout.count() / 1000000000), long(timeout.count() % 1000000000)};
+  return ppoll(fds, count, &ts, nullptr);
+}
+}  // namespace
+
+int SpinThenPoll(pollfd* fds, nfds_t count, PolledSource* polled, std::chrono::nanoseconds spin,
                  std::chrono::nanoseconds timeout) {
   spin = std::min(spin, timeout);
+  const auto start = std::chrono::steady_clock::now();
   if (spin > std::chrono::nanoseconds(0)) {
-    const auto start = std::chrono::steady_clock::now();
     for (;;) {
       const int ready = poll(fds, count, 0);
       if (ready != 0) return ready;
+      if (polled != nullptr && polled->Ready()) return 1;
       if (std::chrono::steady_clock::now() - start >= spin) break;
       sched_yield();
     }
-    timeout -= spin;
   }
-  const timespec ts{time_t(timeout.count() / 1000000000), long(timeout.count() % 1000000000)};
-  return ppoll(fds, count, &ts, nullptr);
+  if (polled == nullptr) return Ppoll(fds, count, timeout - spin);
+  for (;;) {
+    if (polled->Ready()) return 1;
+    const auto left = timeout - (std::chrono::steady_clock::now() - start);
+    if (left <= std::chrono::nanoseconds(0)) return 0;
+    if (const int ready = Ppoll(fds, count, std::min(left, kPolledSourceNap)); ready != 0) {
+      return ready;
+    }
+  }
 }
 
 void SpinBudget::Record(std::chrono::nanoseconds waited, bool ready) {
@@ -33,9 +47,10 @@ void SpinBudget::Record(std::chrono::nanoseconds waited, bool ready) {
   }
 }
 
-int BusyPoller::Wait(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout) {
+int BusyPoller::Wait(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout,
+                     PolledSource* polled) {
   const auto start = std::chrono::steady_clock::now();
-  const int ready = SpinThenPoll(fds, count, budget_.spin(), timeout);
+  const int ready = SpinThenPoll(fds, count, polled, budget_.spin(), timeout);
   budget_.Record(std::chrono::steady_clock::now() - start, ready > 0);
   return ready;
 }

@@ -21,10 +21,27 @@
 
 namespace switchml::net {
 
-// Waits until one of `fds` is ready or `timeout` has passed, spinning (with
-// yields) for at most `spin` of it first. Returns poll()'s result. With spin
-// zero, this is ppoll.
-int SpinThenPoll(pollfd* fds, nfds_t count, std::chrono::nanoseconds spin,
+// What a waiting thread polls besides its descriptors: sources of data that
+// have none (poll-mode transport endpoints, such as DPDK's).
+class PolledSource {
+ public:
+  // True when data is there now. Never blocks.
+  virtual bool Ready() = 0;
+
+ protected:
+  ~PolledSource() = default;
+};
+
+// How long a wait with a polled source sleeps between polls of it, once the
+// spin is over: a poll-mode endpoint has no descriptor to wake the thread.
+inline constexpr std::chrono::nanoseconds kPolledSourceNap = std::chrono::microseconds(20);
+
+// Waits until one of `fds` is ready, `polled` (if not null) is, or `timeout`
+// has passed, spinning (with yields) for at most `spin` of it first; after
+// the spin, with a polled source, in naps of kPolledSourceNap. Returns
+// poll()'s result, or 1 when the polled source was ready. With spin zero and
+// no polled source, this is ppoll.
+int SpinThenPoll(pollfd* fds, nfds_t count, PolledSource* polled, std::chrono::nanoseconds spin,
                  std::chrono::nanoseconds timeout);
 
 // The spin budget of one thread, learned from how its waits ended; no I/O,
@@ -53,7 +70,8 @@ class BusyPoller {
  public:
   // `largest`: the configured busy_poll_us; 0 never spins.
   explicit BusyPoller(std::chrono::nanoseconds largest) : budget_(largest) {}
-  int Wait(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout);
+  int Wait(pollfd* fds, nfds_t count, std::chrono::nanoseconds timeout,
+           PolledSource* polled = nullptr);
   const SpinBudget& budget() const { return budget_; }
 
  private:

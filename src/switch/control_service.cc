@@ -578,7 +578,8 @@ control::v1::StatsReply ControlService::CollectStats() {
   reply.set_packets_sent(c.packets_sent);
   reply.set_send_errors(c.send_errors);
   reply.set_transport_drops(c.transport_drops);
-  reply.set_transport_kernel_path(c.transport_kernel_path);
+  reply.set_transport_off_queue(c.transport_off_queue);
+  reply.set_transport_kernel_path(c.transport_off_queue);  // deprecated alias
   reply.set_pool_slots(target_->limits().pool_slots);
   reply.set_free_slots(registry_.free_slots());
   for (size_t i = 0; i < c.shards.size(); ++i) {

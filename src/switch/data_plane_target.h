@@ -56,9 +56,9 @@ struct TargetCounters {
   // Frames the transport dropped before the data plane saw them (malformed
   // headers; af_xdp, whose headers the switch parses itself).
   uint64_t transport_drops = 0;
-  // Datagrams that reached an af_xdp data thread through the kernel: from
-  // this host, or on another data thread's receive queue (no flow steering).
-  uint64_t transport_kernel_path = 0;
+  // Datagrams that reached a data thread other than through its own receive
+  // queue (transport::EndpointCounters::off_queue).
+  uint64_t transport_off_queue = 0;
   // Per data thread, where the target has them (the software switch).
   struct Shard {
     DataPlaneCounters counters;

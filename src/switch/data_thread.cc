@@ -22,9 +22,9 @@ transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& co
   o.max_datagram_bytes = MaxPacketBytes(config.max_elements_per_packet);
   o.send_queue = kMaxReceived * config.max_workers;  // a result to every worker, per packet
   o.receive_batch = kBatch;
-  o.coalesced_buffers = kCoalescedBuffers;
-  o.socket_buffer_bytes = socket_buffer_bytes;
-  o.offload = offload;
+  o.udp.coalesced_buffers = kCoalescedBuffers;
+  o.udp.socket_buffer_bytes = socket_buffer_bytes;
+  o.udp.offload = offload;
   return o;
 }
 
@@ -106,16 +106,16 @@ clockid_t DataThread::cpu_clock() {
 }
 
 void DataThread::Run() {
-  pollfd fds[3] = {{endpoint_->poll_fd(), POLLIN, 0},
-                   {commands_.fd(), POLLIN, 0},
-                   {endpoint_->extra_poll_fd(), POLLIN, 0}};  // -1 is ignored
+  std::vector<pollfd> fds = transport::WaitDescriptors(commands_.fd(), {endpoint_.get()});
+  transport::PolledEndpoints polled({endpoint_.get()});
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
   while (!stop_.load(std::memory_order_relaxed)) {
     // While a slot may stall or a partial sum awaits its upstream result,
     // wake for their timers.
     const bool timers = data_plane_.NextTimer() != Nanos::max();
-    poller_.Wait(fds, 3, std::chrono::milliseconds(timers ? 1 : 500));
-    if ((fds[1].revents & POLLIN) || commands_.pending()) {
+    poller_.Wait(fds.data(), fds.size(), std::chrono::milliseconds(timers ? 1 : 500),
+                 polled.source());
+    if ((fds[0].revents & POLLIN) || commands_.pending()) {
       for (auto& fn : commands_.Take()) fn();
     }
     // The time stamps the slots this round starts and the partial sums it

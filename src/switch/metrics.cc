@@ -80,12 +80,15 @@ std::vector<MetricFamily> MetricFamilies(const control::v1::StatsReply& s) {
   f.Add("switchml_send_errors_total", MetricType::Counter, "datagrams the switch could not send",
         {}, double(s.send_errors()));
   f.Add("switchml_transport_drops_total", MetricType::Counter,
-        "frames dropped by the transport before the data plane (malformed headers; af_xdp)", {},
-        double(s.transport_drops()));
+        "frames dropped by the transport before the data plane (malformed headers; af_xdp, dpdk)",
+        {}, double(s.transport_drops()));
+  f.Add("switchml_transport_off_queue_total", MetricType::Counter,
+        "datagrams that reached a data thread other than through its own receive queue (af_xdp: "
+        "through the kernel, from this host or not steered to its queue; dpdk: handed over by "
+        "another data thread)",
+        {}, double(s.transport_off_queue()));
   f.Add("switchml_transport_kernel_path_total", MetricType::Counter,
-        "datagrams that reached an af_xdp data thread through the kernel (from this host, or "
-        "not steered to its receive queue)",
-        {}, double(s.transport_kernel_path()));
+        "deprecated: switchml_transport_off_queue_total", {}, double(s.transport_off_queue()));
   f.Add("switchml_pool_slots", MetricType::Gauge, "aggregation slots in the pool", {},
         double(s.pool_slots()));
   f.Add("switchml_pool_free_slots", MetricType::Gauge, "pool slots no job holds", {},

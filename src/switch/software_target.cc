@@ -24,8 +24,8 @@ StatusOr<std::unique_ptr<transport::Endpoint>> ReserveResultPort(transport::Tran
   holder.max_datagram_bytes = 64;
   holder.receive_batch = 1;
   holder.send_queue = 1;
-  holder.socket_buffer_bytes = 4096;
-  holder.offload = false;
+  holder.udp.socket_buffer_bytes = 4096;
+  holder.udp.offload = false;
   return transport.Open(loopback, holder);
 }
 
@@ -42,8 +42,8 @@ StatusOr<std::unique_ptr<SoftwareTarget>> SoftwareTarget::Open(const SwitchConfi
     if (config.data_port != 0) local.sin_port = htons(uint16_t(config.data_port + s));
     transport::EndpointOptions options = DataThread::EndpointOptions(
         config.data_plane, config.socket_buffer_bytes, config.udp_offload);
-    options.sibling = s;
-    options.siblings = config.data_threads;
+    options.shard = s;
+    options.shards = config.data_threads;
     auto endpoint = transport.Open(local, options);
     if (!endpoint.ok()) return endpoint.status();
     if (multicast) {
@@ -136,7 +136,7 @@ StatusOr<TargetCounters> SoftwareTarget::Counters(const std::vector<JobId>& jobs
     out.packets_sent += c.io.sent;
     out.send_errors += c.io.send_dropped;
     out.transport_drops += c.io.malformed;
-    out.transport_kernel_path += c.io.kernel_path;
+    out.transport_off_queue += c.io.off_queue;
     out.shards.push_back({c.total, c.io.sent, c.io.send_dropped});
   }
   return out;

@@ -26,11 +26,11 @@ std::string FormatTable(const control::v1::StatsReply& s) {
   if (s.transport_drops() != 0) {
     out += "  malformed frames (transport): " + std::to_string(s.transport_drops()) + "\n";
   }
-  if (s.transport_kernel_path() != 0) {
+  if (s.transport_off_queue() != 0) {
     out +=
-        "  datagrams through the kernel (af_xdp: from this host, or on another thread's "
-        "queue): " +
-        std::to_string(s.transport_kernel_path()) + "\n";
+        "  datagrams off their thread's queue (af_xdp: through the kernel, from this host or "
+        "on another thread's queue; dpdk: handed over): " +
+        std::to_string(s.transport_off_queue()) + "\n";
   }
   if (s.shards_size() > 1) {
     for (const auto& shard : s.shards()) {

@@ -150,7 +150,11 @@ Status SwitchServer::Impl::ServeMetrics(const std::string& address) {
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& config) {
   // The rest of the configuration is validated by the overload below.
   if (Status s = transport::CheckTransportName(config.transport, "transport"); !s.ok()) return s;
-  return Start(config, transport::MakeTransport(config.transport, {config.interface}).value());
+  auto made = transport::MakeTransport(
+      config.transport,
+      {{config.interface}, {config.dpdk_eal_args, config.dpdk_port, config.dpdk_address}});
+  if (!made.ok()) return made.status();
+  return Start(config, std::move(made).value());
 }
 
 StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(

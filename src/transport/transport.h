@@ -2,15 +2,17 @@
 // data threads move datagrams, whatever carries them.
 //
 //   Transport   opens endpoints (and knows routes); chosen by name
-//               (MakeTransport: "udp", "af_xdp"), or built by a test (SimFabric).
+//               (MakeTransport: "udp", "af_xdp", "dpdk"), or built by a test (SimFabric).
 //   Endpoint    one local address: batched send (Claim/Commit or SendRef,
-//               then Flush) and batched receive, and a file descriptor to
-//               poll for "Receive() may have datagrams".
+//               then Flush) and batched receive, and readiness: descriptors
+//               to poll for "Receive() may have datagrams", or none and
+//               Ready() for a poll-mode endpoint.
 //
 // Implementations: transport/udp (kernel UDP sockets: recvmmsg/sendmmsg,
 // UDP GSO/GRO), transport/xdp (AF_XDP sockets fed by an XDP program, headers
-// built in user space) and transport/sim (an in-process network with seeded loss and
-// duplication, for tests). The worker engine and the data plane never see
+// built in user space), transport/dpdk (a DPDK poll-mode port, headers and
+// ARP in user space) and transport/sim (an in-process network with seeded
+// loss and duplication, for tests). The worker engine and the data plane never see
 // this layer; WorkerThread and DataThread see only this header.
 //
 // Addresses are IPv4 socket addresses (every implementation speaks IPv4/UDP
@@ -19,13 +21,16 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <poll.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "net/busy_poll.h"
 #include "switchml/status.h"
 
 namespace switchml::transport {
@@ -39,8 +44,22 @@ struct Datagram {
   const Address* source;
 };
 
-// The most datagrams one coalesced receive buffer holds.
+// The most datagrams one coalesced receive buffer holds (UDP GRO).
 inline constexpr size_t kMaxCoalescedDatagrams = 64;
+
+// What only kernel UDP sockets take: the UDP transport's endpoints, and the
+// kernel socket that holds an AF_XDP or DPDK endpoint's port.
+struct UdpEndpointOptions {
+  // Kernel socket buffers, each direction.
+  int socket_buffer_bytes = 8 << 20;
+  // Batching offloads where the kernel has them: send runs of datagrams to
+  // one destination as one segmented super-datagram (UDP GSO), receive
+  // coalesced ones (UDP GRO).
+  bool offload = true;
+  // With offload, buffers for coalesced super-datagrams per Receive() call
+  // (each holds up to kMaxCoalescedDatagrams); 0: receive_batch / 8, at least 1.
+  size_t coalesced_buffers = 0;
+};
 
 struct EndpointOptions {
   // The largest datagram this endpoint sends or receives. A longer received
@@ -52,41 +71,37 @@ struct EndpointOptions {
   bool claim_buffers = false;
   // Datagrams queued (Commit, SendRef) before a Flush is forced.
   size_t send_queue = 64;
-  // Datagrams per Receive() call without coalescing.
+  // Datagrams per Receive() call (without UDP coalescing).
   size_t receive_batch = 64;
-  // With offloads, buffers for coalesced super-datagrams per Receive() call
-  // (each holds up to kMaxCoalescedDatagrams); 0: receive_batch / 8, at least 1.
-  size_t coalesced_buffers = 0;
-  // Kernel socket buffers (the UDP transport), each direction.
-  int socket_buffer_bytes = 8 << 20;
   // Datagrams this endpoint may have in flight each way (a worker thread's
-  // slice of the job's pool), from which the AF_XDP transport sizes its frame
-  // memory; 0: unknown (its default).
+  // share of the job's slots), from which a transport with buffer memory of
+  // its own (AF_XDP frames, DPDK mbufs) sizes it; 0: unknown (its default).
   size_t window = 0;
-  // Use the transport's batching offloads where it has them (UDP GSO/GRO).
-  bool offload = true;
-  // This endpoint is number `sibling` of the `siblings` that one process
-  // opens on one interface, one per thread (a switch's data threads, a
-  // worker's I/O threads). The AF_XDP transport gives each the interface's
-  // receive queues q with q % siblings == sibling.
-  uint32_t sibling = 0;
-  uint32_t siblings = 1;
+  // This endpoint is shard `shard` of the `shards` that one process opens on
+  // one address, one per thread (a switch's data threads, a worker's I/O
+  // threads). A transport with receive queues gives each shard its own: AF_XDP
+  // the interface's queues q with q % shards == shard, DPDK its port's queue
+  // `shard`.
+  uint32_t shard = 0;
+  uint32_t shards = 1;
+  UdpEndpointOptions udp;
 };
 
 // Counters of one endpoint, in datagrams.
 struct EndpointCounters {
   uint64_t sent = 0;
-  uint64_t send_dropped = 0;     // queued but not sent (buffers full, errors)
-  uint64_t super_datagrams = 0;  // sends that carried 2 or more datagrams
+  uint64_t send_dropped = 0;  // queued but not sent (buffers full, errors, no next hop)
+  uint64_t sent_batches = 0;  // sends that carried 2 or more datagrams (UDP GSO)
   uint64_t received = 0;
-  uint64_t coalesced = 0;  // receives that carried 2 or more datagrams
+  uint64_t received_batches = 0;  // receives that carried 2 or more datagrams (UDP GRO)
   // Frames received but not delivered: malformed Ethernet/IPv4/UDP headers,
   // or for another port or peer (a transport that parses headers itself).
   uint64_t malformed = 0;
-  // Datagrams that reached an AF_XDP endpoint through the kernel's UDP
-  // stack instead of its own queues: from this host (loopback), or arrived
-  // on a sibling's queue (no flow steering to this endpoint's queue).
-  uint64_t kernel_path = 0;
+  // Datagrams that reached this endpoint other than through its own receive
+  // queue: AF_XDP's through the kernel's UDP stack (from this host, or that
+  // arrived on another shard's queue), DPDK's handed over by the shard on
+  // whose queue they arrived. Flow steering to each shard's queue keeps it 0.
+  uint64_t off_queue = 0;
 };
 
 class Endpoint {
@@ -108,16 +123,22 @@ class Endpoint {
   }
   // Datagrams this endpoint sends to multicast groups stay on this host.
   virtual Status SetHostLocalMulticast() = 0;
-  // Readable (POLLIN) when Receive() may return datagrams, as is
-  // extra_poll_fd() where it is not -1 (af_xdp: its kernel socket, beside
-  // the AF_XDP socket, whose poll also drives its sends).
-  virtual int poll_fd() const = 0;
-  virtual int extra_poll_fd() const { return -1; }
-  // Replaces the buffers' options (all but socket_buffer_bytes), e.g. once
+  // Readiness. The descriptors that become readable (POLLIN) when Receive()
+  // may return datagrams (af_xdp: its AF_XDP socket, whose poll also drives
+  // its sends, and its kernel socket). None for a poll-mode endpoint (dpdk),
+  // whose thread asks Ready() instead, between polls of its other descriptors.
+  virtual std::vector<int> wait_fds() const = 0;
+  // A poll-mode endpoint: true when Receive() has datagrams now (it may fetch
+  // them into the next batch). Never blocks; no allocation. An endpoint with
+  // descriptors: false (its descriptors say it).
+  virtual bool Ready() { return false; }
+  bool poll_mode() const { return wait_fds().empty(); }
+  // Replaces the buffers' options (all but udp.socket_buffer_bytes), e.g. once
   // the packet size is known. Setup path: allocates; nothing may be queued.
   virtual void Reconfigure(const EndpointOptions& options) = 0;
-  // What the offloads in effect are, for logs: "segmentation and
-  // coalescing", "coalescing only", "segmentation only", "off".
+  // How this endpoint moves datagrams, for logs. udp: its offloads,
+  // "segmentation and coalescing", "coalescing only", "segmentation only" or
+  // "off"; af_xdp and dpdk: the mode and the queues.
   virtual std::string offload() const = 0;
 
   // ---- send path (no allocation, no exceptions)
@@ -143,6 +164,22 @@ class Endpoint {
   virtual EndpointCounters counters() const = 0;
 };
 
+// How a thread waits on its endpoints (setup path builds both):
+// WaitDescriptors: `first` (its command queue's descriptor), then every
+// descriptor of the endpoints; PolledEndpoints: those without descriptors,
+// which its BusyPoller polls instead.
+std::vector<pollfd> WaitDescriptors(int first, std::initializer_list<const Endpoint*> endpoints);
+class PolledEndpoints final : public net::PolledSource {
+ public:
+  explicit PolledEndpoints(std::initializer_list<Endpoint*> endpoints);
+  // Null when every endpoint has descriptors (the wait is then a plain poll).
+  net::PolledSource* source() { return endpoints_.empty() ? nullptr : this; }
+  bool Ready() override;
+
+ private:
+  std::vector<Endpoint*> endpoints_;
+};
+
 // What the route to a peer says: the local address packets leave from and
 // the path MTU (0: unknown).
 struct Route {
@@ -165,15 +202,34 @@ class Transport {
   virtual StatusOr<Route> RouteToward(const Address& peer) = 0;
 };
 
-// What MakeTransport passes on to the transport it makes.
-struct TransportOptions {
-  // af_xdp: the network interface (empty: the one holding the address an
-  // endpoint is opened on).
+// What MakeTransport passes on to the transport it makes: each back end's
+// own options.
+struct AfXdpOptions {
+  // The network interface (empty: the one holding the address an endpoint is
+  // opened on).
   std::string interface;
 };
+struct DpdkOptions {
+  // The arguments of DPDK's environment abstraction layer (EAL), separated by
+  // white space, e.g. "-l 0 --no-huge -m 512 --vdev=net_af_packet0,iface=eth0"
+  // or "-l 2 -a 0000:3b:00.0". One process initializes the EAL once: every
+  // dpdk transport in it must pass the same arguments.
+  std::string eal_args;
+  // The DPDK port's device name (net_af_packet0, 0000:3b:00.0); empty: the
+  // only port the EAL found.
+  std::string port;
+  // The port's IPv4 address; empty: the address of the kernel's route toward
+  // the peer (right where the port is a kernel interface driven through
+  // net_af_packet or net_af_xdp).
+  std::string address;
+};
+struct TransportOptions {
+  AfXdpOptions af_xdp;
+  DpdkOptions dpdk;
+};
 
-// The transports a configuration may name ("udp", and "af_xdp" where the
-// build has libxdp).
+// The transports a configuration may name ("udp", "af_xdp" where the build
+// has libxdp, "dpdk" where it has DPDK).
 std::vector<std::string> TransportNames();
 // The transport called `name`; an unknown name is an error listing the known ones.
 StatusOr<std::shared_ptr<Transport>> MakeTransport(const std::string& name,

@@ -110,7 +110,7 @@ class SimFabric::SimEndpoint final : public Endpoint {
     return Status::Ok();
   }
   Status SetHostLocalMulticast() override { return Status::Ok(); }  // the fabric is one host
-  int poll_fd() const override { return queue_.fd(); }
+  std::vector<int> wait_fds() const override { return {queue_.fd()}; }
   std::string offload() const override { return "off"; }
 
   std::span<uint8_t> Claim() override {

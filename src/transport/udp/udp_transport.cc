@@ -17,7 +17,7 @@ class UdpEndpoint final : public Endpoint {
   void Reconfigure(const EndpointOptions& o) override {
     // Offloads only where the kernel takes them; a socket that cannot
     // coalesce just delivers single datagrams.
-    if (o.offload) {
+    if (o.udp.offload) {
       coalescing_ = EnableReceiveCoalescing(socket_.fd());
     } else if (coalescing_) {
       EnableReceiveCoalescing(socket_.fd(), false);
@@ -28,13 +28,13 @@ class UdpEndpoint final : public Endpoint {
     recv_ = RecvBatch(buffers, o.max_datagram_bytes + 1, coalescing_);
     received_.assign(coalescing_ ? buffers * kMaxSegments : buffers, Datagram{});
     send_ = SendBatch(o.send_queue, o.claim_buffers ? o.max_datagram_bytes : 0);
-    send_.set_segmentation(o.offload && SegmentationSupported(socket_.fd()));
+    send_.set_segmentation(o.udp.offload && SegmentationSupported(socket_.fd()));
   }
 
   Address local_address() const override { return socket_.LocalAddress(); }
   Status Connect(const Address& peer) override { return socket_.Connect(peer); }
   Status SetHostLocalMulticast() override { return socket_.SetHostLocalMulticast(); }
-  int poll_fd() const override { return socket_.fd(); }
+  std::vector<int> wait_fds() const override { return {socket_.fd()}; }
   std::string offload() const override {
     if (coalescing_ && send_.segmentation()) return "segmentation and coalescing";
     if (coalescing_) return "coalescing only";
@@ -57,13 +57,19 @@ class UdpEndpoint final : public Endpoint {
   }
 
   EndpointCounters counters() const override {
-    return {send_.sent(), send_.dropped(), send_.super_datagrams(), total_received_,
-            recv_.coalesced_received()};
+    EndpointCounters c;
+    c.sent = send_.sent();
+    c.send_dropped = send_.dropped();
+    c.sent_batches = send_.super_datagrams();
+    c.received = total_received_;
+    c.received_batches = recv_.coalesced_received();
+    return c;
   }
 
  private:
   static size_t CoalescedBuffers(const EndpointOptions& o) {
-    return o.coalesced_buffers ? o.coalesced_buffers : std::max<size_t>(1, o.receive_batch / 8);
+    return o.udp.coalesced_buffers ? o.udp.coalesced_buffers
+                                   : std::max<size_t>(1, o.receive_batch / 8);
   }
 
   UdpSocket socket_;
@@ -78,14 +84,14 @@ class UdpEndpoint final : public Endpoint {
 
 StatusOr<std::unique_ptr<Endpoint>> UdpTransport::Open(const Address& local,
                                                        const EndpointOptions& options) {
-  auto socket = UdpSocket::Bind(local, options.socket_buffer_bytes);
+  auto socket = UdpSocket::Bind(local, options.udp.socket_buffer_bytes);
   if (!socket.ok()) return socket.status();
   return std::unique_ptr<Endpoint>(new UdpEndpoint(std::move(socket).value(), options));
 }
 
 StatusOr<std::unique_ptr<Endpoint>> UdpTransport::JoinGroup(const Address& group, in_addr interface,
                                                             const EndpointOptions& options) {
-  auto socket = UdpSocket::JoinGroup(group, interface, options.socket_buffer_bytes);
+  auto socket = UdpSocket::JoinGroup(group, interface, options.udp.socket_buffer_bytes);
   if (!socket.ok()) return socket.status();
   return std::unique_ptr<Endpoint>(new UdpEndpoint(std::move(socket).value(), options));
 }

@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "net/address.h"
+#include "transport/ethernet/frames.h"
+#include "transport/ethernet/mac_table.h"
 #include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
-#include "transport/xdp/frames.h"
 #include "transport/xdp/interfaces.h"
-#include "transport/xdp/mac_table.h"
 #include "transport/xdp/umem_sizing.h"
 #include "wire/wire_format.h"
 
@@ -35,6 +35,13 @@ extern const size_t kSwitchmlRedirectBpfObjectSize;
 
 namespace switchml::transport::xdp {
 namespace {
+
+using ethernet::FrameAddresses;
+using ethernet::kHeaderBytes;
+using ethernet::kThisHost;
+using ethernet::MacTable;
+using ethernet::ParseFrame;
+using ethernet::WriteHeaders;
 
 constexpr uint32_t kFrameBytes = XSK_UMEM__DEFAULT_FRAME_SIZE;  // 4096
 constexpr uint32_t kMaxQueues = 256;  // the socket map's size in redirect.bpf.c
@@ -53,7 +60,7 @@ Status Failed(const std::string& what, int error, const std::string& fix) {
 // redirect.bpf.c).
 struct PortEntry {
   uint32_t address;  // network order; 0: any
-  uint32_t stride;   // the endpoint's siblings on the interface
+  uint32_t stride;   // the endpoint's shards on the interface
   uint32_t first;    // its queues: q % stride == first
 };
 
@@ -134,23 +141,23 @@ class AfXdpTransport::Attachment {
   }
   void RemovePort(uint16_t port_be) { bpf_map_delete_elem(ports_fd_, &port_be); }
 
-  // Share `sibling` of the interface's queues split `siblings` ways, for
+  // Share `shard` of the interface's queues split `shards` ways, for
   // one endpoint at a time; the endpoints open at once split them alike.
-  Status TakeShare(uint32_t sibling, uint32_t siblings) {
+  Status TakeShare(uint32_t shard, uint32_t shards) {
     std::lock_guard lock(mu_);
-    if (taken_.empty()) taken_.assign(siblings, false);
-    if (taken_.size() != siblings || taken_[sibling]) {
+    if (taken_.empty()) taken_.assign(shards, false);
+    if (taken_.size() != shards || taken_[shard]) {
       return InvalidArgument("af_xdp: interface " + interface_.name +
                              " already has this process's endpoint of thread " +
-                             std::to_string(sibling) + " of " + std::to_string(taken_.size()) +
+                             std::to_string(shard) + " of " + std::to_string(taken_.size()) +
                              "; one job's threads per interface and process");
     }
-    taken_[sibling] = true;
+    taken_[shard] = true;
     return Status::Ok();
   }
-  void ReleaseShare(uint32_t sibling) {
+  void ReleaseShare(uint32_t shard) {
     std::lock_guard lock(mu_);
-    taken_[sibling] = false;
+    taken_[shard] = false;
     if (std::none_of(taken_.begin(), taken_.end(), [](bool t) { return t; })) taken_.clear();
   }
 
@@ -186,7 +193,7 @@ class AfXdpTransport::Attachment {
   int xsks_fd_ = -1;
   int ports_fd_ = -1;
   std::mutex mu_;
-  std::vector<bool> taken_;  // [sibling]; guarded by mu_
+  std::vector<bool> taken_;  // [shard]; guarded by mu_
 };
 
 namespace {
@@ -223,34 +230,34 @@ class AfXdpEndpoint final : public Endpoint {
     if (port_added_) attachment_->RemovePort(local_.sin_port);
     if (epoll_fd_ >= 0) close(epoll_fd_);
     queues_.clear();
-    if (share_taken_) attachment_->ReleaseShare(sibling_);
+    if (share_taken_) attachment_->ReleaseShare(shard_);
   }
 
-  // Takes the interface's receive queues q with q % siblings == sibling:
+  // Takes the interface's receive queues q with q % shards == shard:
   // one AF_XDP socket each, the first of which sends.
   Status Setup(const EndpointOptions& options) {
     const Interface& i = attachment_->interface();
-    siblings_ = std::max<uint32_t>(options.siblings, 1);
-    sibling_ = options.sibling;
-    if (sibling_ >= siblings_) {
-      return InvalidArgument("af_xdp: endpoint " + std::to_string(sibling_) + " of " +
-                             std::to_string(siblings_));
+    shards_ = std::max<uint32_t>(options.shards, 1);
+    shard_ = options.shard;
+    if (shard_ >= shards_) {
+      return InvalidArgument("af_xdp: endpoint " + std::to_string(shard_) + " of " +
+                             std::to_string(shards_));
     }
-    if (uint32_t(i.rx_queues) < siblings_) {
+    if (uint32_t(i.rx_queues) < shards_) {
       return Status(StatusCode::kFailedPrecondition,
                     "af_xdp: interface " + i.name + " has " + std::to_string(i.rx_queues) +
-                        " receive queues, fewer than the " + std::to_string(siblings_) +
+                        " receive queues, fewer than the " + std::to_string(shards_) +
                         " threads that share it, which need one each (`ethtool -L " + i.name +
-                        " combined " + std::to_string(siblings_) +
+                        " combined " + std::to_string(shards_) +
                         "`, fewer threads, or --transport udp)");
     }
-    if (Status s = attachment_->TakeShare(sibling_, siblings_); !s.ok()) return s;
+    if (Status s = attachment_->TakeShare(shard_, shards_); !s.ok()) return s;
     share_taken_ = true;
     ring_size_ = FramesFor(options);
-    const uint32_t owned = (uint32_t(i.rx_queues) - sibling_ + siblings_ - 1) / siblings_;
+    const uint32_t owned = (uint32_t(i.rx_queues) - shard_ + shards_ - 1) / shards_;
     const uint32_t frames = ReceiveFramesPerQueue(ring_size_, int(owned));
     queues_.reserve(owned);
-    for (uint32_t q = sibling_; q < uint32_t(i.rx_queues); q += siblings_) {
+    for (uint32_t q = shard_; q < uint32_t(i.rx_queues); q += shards_) {
       if (Status s = OpenQueue(q, frames); !s.ok()) return s;
     }
     if (queues_.size() > 1) {
@@ -272,16 +279,15 @@ class AfXdpEndpoint final : public Endpoint {
     }
     scratch_.resize(kMaxDatagramBytes);  // where Claim() writes when no frame is free
     Reconfigure(options);
-    if (Status s =
-            attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr, siblings_, sibling_);
+    if (Status s = attachment_->AddPort(local_.sin_port, local_.sin_addr.s_addr, shards_, shard_);
         !s.ok()) {
       return s;
     }
     port_added_ = true;
     // Where the NIC can, it brings this port's frames to this endpoint's
     // queue; elsewhere (veth, ntuple off) they arrive where its hashing puts
-    // them, and those on a sibling's queue take the kernel path.
-    if (siblings_ > 1) steering_ = SteerFlow(i, local_, sibling_);
+    // them, and those on another shard's queue take the kernel path.
+    if (shards_ > 1) steering_ = SteerFlow(i, local_, shard_);
     return Status::Ok();
   }
 
@@ -312,11 +318,11 @@ class AfXdpEndpoint final : public Endpoint {
   }
   // One queue's socket itself, whose poll (the threads' spin) also drives
   // its sends in copy mode; several queues' through an epoll set.
-  int poll_fd() const override {
-    return epoll_fd_ >= 0 ? epoll_fd_ : xsk_socket__fd(queues_[0]->xsk);
+  // Beside it, the kernel socket: datagrams from this host, and from other
+  // shards' queues.
+  std::vector<int> wait_fds() const override {
+    return {epoll_fd_ >= 0 ? epoll_fd_ : xsk_socket__fd(queues_[0]->xsk), port_holder_.fd()};
   }
-  // The kernel socket: datagrams from this host, and from siblings' queues.
-  int extra_poll_fd() const override { return port_holder_.fd(); }
 
   void Reconfigure(const EndpointOptions& options) override {
     options_ = options;
@@ -334,10 +340,10 @@ class AfXdpEndpoint final : public Endpoint {
     return std::string(zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy") +
            (attachment_->native() ? ", native XDP" : ", generic XDP") +
            (queues_.size() > 1 ? ", queues " : ", queue ") + queues +
-           (siblings_ == 1 ? ""
-            : steering_    ? ", steered there by an ntuple rule"
-                           : ", no flow steering (frames on other threads' queues come "
-                             "through the kernel)");
+           (shards_ == 1 ? ""
+            : steering_  ? ", steered there by an ntuple rule"
+                         : ", no flow steering (frames on other threads' queues come "
+                           "through the kernel)");
   }
 
   std::span<uint8_t> Claim() override {
@@ -427,7 +433,7 @@ class AfXdpEndpoint final : public Endpoint {
     }
     if (n_queues > 1) next_queue_ = (next_queue_ + 1) % n_queues;
     // The kernel socket's datagrams (from this host, through loopback, and
-    // frames that came on a sibling's queue): read when the queues are
+    // frames that came on another shard's queue): read when the queues are
     // idle, and every kKernelTurns-th call anyway.
     if (count == 0 || ++kernel_turn_ % kKernelTurns == 0) count = ReceiveFromKernel(count);
     counters_.received += count;
@@ -453,7 +459,7 @@ class AfXdpEndpoint final : public Endpoint {
         continue;
       }
       datagrams_[count++] = Datagram{kernel_batch_.packet(k), &source};
-      ++counters_.kernel_path;
+      ++counters_.off_queue;
     }
     return count;
   }
@@ -630,7 +636,7 @@ class AfXdpEndpoint final : public Endpoint {
   static constexpr std::chrono::milliseconds kResolveInterval{20};
 
   std::shared_ptr<AfXdpTransport::Attachment> attachment_;
-  uint32_t sibling_ = 0, siblings_ = 1;  // its share of the interface's queues
+  uint32_t shard_ = 0, shards_ = 1;  // its share of the interface's queues
   bool share_taken_ = false;
   // Keeps the port from other sockets, and carries the port's datagrams that
   // the XDP program leaves to the kernel, and those to this host.
@@ -685,10 +691,10 @@ StatusOr<std::unique_ptr<Endpoint>> AfXdpTransport::Open(const Address& requeste
   }
   // The port, held by a kernel socket on the interface's address, which
   // also carries the datagrams from and to this host (loopback) and those
-  // that come on a sibling's queue.
+  // that come on another shard's queue.
   Address local = requested;
   local.sin_addr = interface.value().address;
-  auto holder = udp::UdpSocket::Bind(local, options.socket_buffer_bytes);
+  auto holder = udp::UdpSocket::Bind(local, options.udp.socket_buffer_bytes);
   if (!holder.ok()) return holder.status();
   local.sin_port = holder.value().LocalAddress().sin_port;
 

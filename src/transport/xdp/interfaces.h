@@ -9,9 +9,11 @@
 #include <string>
 
 #include "switchml/status.h"
-#include "transport/xdp/frames.h"
+#include "transport/ethernet/frames.h"
 
 namespace switchml::transport::xdp {
+
+using ethernet::Mac;
 
 struct Interface {
   std::string name;

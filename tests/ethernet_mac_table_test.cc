@@ -5,9 +5,9 @@
 #include <set>
 #include <vector>
 
-#include "transport/xdp/mac_table.h"
+#include "transport/ethernet/mac_table.h"
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 namespace {
 
 Mac M(uint8_t n) { return {2, 0, 0, 0, 0, n}; }
@@ -142,4 +142,4 @@ TEST(MacTable, MissesAreRecordedOnceAndBounded) {
 }
 
 }  // namespace
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet

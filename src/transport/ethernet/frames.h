@@ -1,6 +1,7 @@
-// Ethernet/IPv4/UDP frames built and parsed in user space, for the AF_XDP
-// transport (no I/O). VLAN-free; no IP options or fragments (such frames are
-// never redirected to switchml: the XDP program passes them to the kernel).
+// Ethernet/IPv4/UDP frames built and parsed in user space, for the transports
+// that build their own headers (AF_XDP, DPDK; no I/O). VLAN-free; no IP
+// options or fragments (the AF_XDP program passes such frames to the kernel;
+// a DPDK endpoint drops them as malformed).
 #pragma once
 
 #include <netinet/in.h>
@@ -11,7 +12,7 @@
 #include <optional>
 #include <span>
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 
 using Mac = std::array<uint8_t, 6>;
 
@@ -44,4 +45,4 @@ std::optional<ParsedFrame> ParseFrame(std::span<const uint8_t> frame);
 // The Internet checksum of `bytes` (RFC 1071), as stored in a header.
 uint16_t InternetChecksum(std::span<const uint8_t> bytes, uint32_t initial = 0);
 
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet

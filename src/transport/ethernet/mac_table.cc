@@ -1,8 +1,8 @@
-#include "transport/xdp/mac_table.h"
+#include "transport/ethernet/mac_table.h"
 
 #include <algorithm>
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 
 void MacTable::Learn(uint32_t address, const Mac& mac) {
   if (address == 0) return;
@@ -59,4 +59,4 @@ void MacTable::Miss(uint32_t address) {
   misses_[miss_count_++] = address;
 }
 
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet

@@ -1,10 +1,10 @@
-#include "transport/xdp/frames.h"
+#include "transport/ethernet/frames.h"
 
 #include <arpa/inet.h>
 
 #include <cstring>
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 namespace {
 
 constexpr uint16_t kEtherTypeIpv4 = 0x0800;
@@ -87,4 +87,4 @@ std::optional<ParsedFrame> ParseFrame(std::span<const uint8_t> frame) {
   return parsed;
 }
 
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet

@@ -1,7 +1,8 @@
-// Where an AF_XDP endpoint sends each IPv4 address (no I/O, no allocation):
-// MACs learned from received frames (replies go back the way requests came),
-// peers announced at setup (pinned: never evicted), and MACs the endpoint
-// looked up in the kernel's neighbour table after a miss. A miss (an address
+// Where an endpoint that builds its own frames (AF_XDP, DPDK) sends each IPv4
+// address (no I/O, no allocation): MACs learned from received frames (replies
+// go back the way requests came), peers announced at setup (pinned: never
+// evicted), and MACs the endpoint resolved after a miss (AF_XDP: the kernel's
+// neighbour table; DPDK: its own ARP). A miss (an address
 // with none of these) is recorded once, for the endpoint to resolve off the
 // packet path.
 #pragma once
@@ -11,9 +12,9 @@
 #include <cstdint>
 #include <span>
 
-#include "transport/xdp/frames.h"
+#include "transport/ethernet/frames.h"
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 
 // The MAC of an address of this host: its datagrams go through the kernel
 // (loopback), since a frame put on the wire never comes back.
@@ -66,4 +67,4 @@ class MacTable {
   size_t miss_count_ = 0;
 };
 
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet

@@ -5,9 +5,9 @@
 
 #include <vector>
 
-#include "transport/xdp/frames.h"
+#include "transport/ethernet/frames.h"
 
-namespace switchml::transport::xdp {
+namespace switchml::transport::ethernet {
 namespace {
 
 FrameAddresses Addresses() {
@@ -82,4 +82,4 @@ TEST(XdpFrames, HostileHeadersAreRefused) {
 }
 
 }  // namespace
-}  // namespace switchml::transport::xdp
+}  // namespace switchml::transport::ethernet
