@@ -142,6 +142,62 @@ StatusOr<uint64_t> WrongOverRanks(Context& ctx, uint64_t wrong) {
   return uint64_t(n);
 }
 
+// The JSON line of one size: the common fields, and switchml's own.
+nlohmann::json SizeJson(const Options& o, const ContextConfig& config, Context& ctx,
+                        const ContextCounters& before, const ContextCounters& c, uint64_t bytes,
+                        const std::vector<double>& times, const bench::Verification& v,
+                        const void* out, uint64_t wrong) {
+  nlohmann::json j = bench::SizeResultJson("switchml", config.world_size, config.rank, bytes,
+                                           o.dtype, times, v, bench::Digest(out, bytes), wrong);
+  j["elements_per_packet"] = config.elements_per_packet;
+  j["pool_slots"] = config.pool_slots;
+  j["window_slots"] = config.window_slots;  // 0: measured
+  j["window"] = c.window;
+  j["min_rtt_us"] = c.min_rtt_us;
+  j["threads"] = config.threads;
+  j["authenticated"] = !config.auth_key.empty();
+  // This size's share of the counters (its warm-up and line-ups included).
+  j["packets_sent"] = c.packets_sent - before.packets_sent;
+  j["retransmissions"] = c.retransmissions - before.retransmissions;
+  j["fast_retransmissions"] = c.fast_retransmissions - before.fast_retransmissions;
+  j["udp_offload"] = config.udp_offload;
+  j["transport"] = config.transport;
+  j["offload"] = ctx.offload();  // what the kernel granted
+  j["multicast_received"] = c.multicast_received - before.multicast_received;
+  return j;
+}
+
+// One size of the sweep: timed, verified, reported. Returns whether every
+// element was within the quantization bound.
+StatusOr<bool> RunSize(const Options& o, const ContextConfig& config, Context& ctx,
+                       const std::vector<uint32_t>& in, std::vector<uint32_t>& out, uint64_t bytes,
+                       std::vector<nlohmann::json>* lines) {
+  const bool is_float = o.dtype == "float32";
+  const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
+  const size_t count = bytes / 4;
+  const ContextCounters before = ctx.counters();
+  Status failure;
+  std::vector<double> times;
+  int32_t token = 0;
+  const bool ran = bench::TimeRepetitions(
+      o.sweep.warmup, o.sweep.iters,
+      [&] { return (failure = ctx.AllReduce(&token, &token, 1, DType::kInt32)).ok(); },
+      [&] { return (failure = ctx.AllReduce(in.data(), out.data(), count, dtype)).ok(); }, &times);
+  if (!ran) return failure;
+  const uint32_t world = config.world_size;
+  const bench::Verification v =
+      is_float
+          ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed, world,
+                               config.elements_per_packet, true)
+          : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed, world);
+  const ContextCounters c = ctx.counters();  // before the count of wrong elements
+  auto wrong = WrongOverRanks(ctx, v.wrong);
+  if (!wrong.ok()) return wrong.status();
+  bench::ReportSize(SizeJson(o, config, ctx, before, c, bytes, times, v, out.data(), wrong.value()),
+                    config.rank == 0, bytes == o.sweep.sizes.back(), lines);
+  return v.within_bound;
+}
+
 int RunWorker(const Options& o) {
   auto configured = WorkerConfig(o);
   if (!configured.ok()) {
@@ -149,9 +205,6 @@ int RunWorker(const Options& o) {
     return 2;
   }
   ContextConfig config = configured.value();
-  const bool is_float = o.dtype == "float32";
-  const DType dtype = is_float ? DType::kFloat32 : DType::kInt32;
-
   auto context = Context::Start(config);
   if (!context.ok()) {
     std::fprintf(stderr, "rank %u: %s\n", config.rank, context.status().ToString().c_str());
@@ -159,7 +212,7 @@ int RunWorker(const Options& o) {
   }
   Context& ctx = *context.value();
   config = ctx.config();  // with the switch's elements_per_packet
-  const uint32_t rank = config.rank, world = config.world_size;
+  const uint32_t rank = config.rank;
   // Every size of the sweep uses a prefix of the largest one's buffers: the
   // inputs of element i do not depend on the size.
   const size_t max_count = o.sweep.max_bytes() / 4;
@@ -172,60 +225,22 @@ int RunWorker(const Options& o) {
                  static_cast<unsigned long long>(o.sweep.max_bytes()));
     return 2;
   }
-  if (is_float) {
+  if (o.dtype == "float32") {
     bench::FillFloat(reinterpret_cast<float*>(in.data()), max_count, o.seed, rank,
                      config.elements_per_packet);
   } else {
     bench::FillInt32(reinterpret_cast<int32_t*>(in.data()), max_count, o.seed, rank);
   }
-  if (rank == 0) bench::PrintTableHeader("switchml", world, o.dtype);
+  if (rank == 0) bench::PrintTableHeader("switchml", config.world_size, o.dtype);
   std::vector<nlohmann::json> lines;
   bool all_within = true;
-  int32_t token = 0;
   for (const uint64_t bytes : o.sweep.sizes) {
-    const size_t count = bytes / 4;
-    const ContextCounters before = ctx.counters();
-    Status failure;
-    std::vector<double> times;
-    const bool ran = bench::TimeRepetitions(
-        o.sweep.warmup, o.sweep.iters,
-        [&] { return (failure = ctx.AllReduce(&token, &token, 1, DType::kInt32)).ok(); },
-        [&] { return (failure = ctx.AllReduce(in.data(), out.data(), count, dtype)).ok(); },
-        &times);
-    if (!ran) {
-      std::fprintf(stderr, "rank %u: %s\n", rank, failure.ToString().c_str());
+    auto within = RunSize(o, config, ctx, in, out, bytes, &lines);
+    if (!within.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", rank, within.status().ToString().c_str());
       return 1;
     }
-    const bench::Verification v =
-        is_float ? bench::VerifyFloat(reinterpret_cast<const float*>(out.data()), count, o.seed,
-                                      world, config.elements_per_packet, true)
-                 : bench::VerifyInt32(reinterpret_cast<const int32_t*>(out.data()), count, o.seed,
-                                      world);
-    const ContextCounters c = ctx.counters();  // before the count of wrong elements
-    auto wrong = WrongOverRanks(ctx, v.wrong);
-    if (!wrong.ok()) {
-      std::fprintf(stderr, "rank %u: %s\n", rank, wrong.status().ToString().c_str());
-      return 1;
-    }
-    all_within = all_within && v.within_bound;
-    nlohmann::json j = bench::SizeResultJson("switchml", world, rank, bytes, o.dtype, times, v,
-                                             bench::Digest(out.data(), bytes), wrong.value());
-    j["elements_per_packet"] = config.elements_per_packet;
-    j["pool_slots"] = config.pool_slots;
-    j["window_slots"] = config.window_slots;  // 0: measured
-    j["window"] = c.window;
-    j["min_rtt_us"] = c.min_rtt_us;
-    j["threads"] = config.threads;
-    j["authenticated"] = !config.auth_key.empty();
-    // This size's share of the counters (its warm-up and line-ups included).
-    j["packets_sent"] = c.packets_sent - before.packets_sent;
-    j["retransmissions"] = c.retransmissions - before.retransmissions;
-    j["fast_retransmissions"] = c.fast_retransmissions - before.fast_retransmissions;
-    j["udp_offload"] = config.udp_offload;
-    j["transport"] = config.transport;
-    j["offload"] = ctx.offload();  // what the kernel granted
-    j["multicast_received"] = c.multicast_received - before.multicast_received;
-    bench::ReportSize(std::move(j), rank == 0, bytes == o.sweep.sizes.back(), &lines);
+    all_within = all_within && within.value();
   }
   return all_within ? 0 : 1;
 }
@@ -439,6 +454,46 @@ int RunLocal(const Options& o, const std::vector<std::string>& passthrough,
 
 }  // namespace
 
+// The checks a run needs once the flags are parsed: the sizes (resolved
+// here, in --local mode before any process starts), the memory they need,
+// and the flags that need --local. 0, or the exit code after a message.
+int CheckRun(Options& o) {
+  if (std::string error = bench::ResolveSweep(o.sweep_flags, &o.sweep); !error.empty()) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 2;
+  }
+  const uint64_t bytes = o.sweep.max_bytes();
+  const uint64_t processes = std::max<uint32_t>(o.local, 1);
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  if (double(bytes) * 2 * double(processes) > memory) {
+    std::fprintf(
+        stderr,
+        "%s=%s needs %.1f GiB (input and output of %llu worker(s)); this machine has "
+        "%.1f GiB: use a smaller size\n",
+        o.sweep_flags.max_bytes.empty() ? "--size" : "-e/--maxbytes",
+        (o.sweep_flags.max_bytes.empty() ? o.sweep_flags.size : o.sweep_flags.max_bytes).c_str(),
+        double(bytes) * 2 * double(processes) / double(1ull << 30),
+        static_cast<unsigned long long>(processes), memory / double(1ull << 30));
+    return 2;
+  }
+  if (o.local_switches > 1 && o.local == 0) {
+    std::fprintf(stderr,
+                 "--local-switches %u starts switches for a --local run; across hosts, list the "
+                 "switches in --switch A,B\n",
+                 o.local_switches);
+    return 2;
+  }
+  if (!o.peer.empty() && o.local == 0) {
+    std::fprintf(stderr,
+                 "--peer %s runs the peer beside a --local run; across hosts, start "
+                 "switchml-gloo-bench (or mpirun switchml-mpi-bench) with the same "
+                 "-b/-e/-f/-n/-w yourself\n",
+                 o.peer.c_str());
+    return 2;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"switchml-bench: time all-reduces through a switchml switch"};
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -488,40 +543,7 @@ int main(int argc, char** argv) {
     if (flag != "--switch" && flag != "--rank" && flag != "--world") pass(opt);
   }
   CLI11_PARSE(app, argc, argv);
-  // The sizes once, here: in --local mode before any process starts.
-  if (std::string error = bench::ResolveSweep(o.sweep_flags, &o.sweep); !error.empty()) {
-    std::fprintf(stderr, "%s\n", error.c_str());
-    return 2;
-  }
-  const uint64_t bytes = o.sweep.max_bytes();
-  const uint64_t processes = std::max<uint32_t>(o.local, 1);
-  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-  if (double(bytes) * 2 * double(processes) > memory) {
-    std::fprintf(
-        stderr,
-        "%s=%s needs %.1f GiB (input and output of %llu worker(s)); this machine has "
-        "%.1f GiB: use a smaller size\n",
-        o.sweep_flags.max_bytes.empty() ? "--size" : "-e/--maxbytes",
-        (o.sweep_flags.max_bytes.empty() ? o.sweep_flags.size : o.sweep_flags.max_bytes).c_str(),
-        double(bytes) * 2 * double(processes) / double(1ull << 30),
-        static_cast<unsigned long long>(processes), memory / double(1ull << 30));
-    return 2;
-  }
-  if (o.local_switches > 1 && o.local == 0) {
-    std::fprintf(stderr,
-                 "--local-switches %u starts switches for a --local run; across hosts, list the "
-                 "switches in --switch A,B\n",
-                 o.local_switches);
-    return 2;
-  }
-  if (!o.peer.empty() && o.local == 0) {
-    std::fprintf(stderr,
-                 "--peer %s runs the peer beside a --local run; across hosts, start "
-                 "switchml-gloo-bench (or mpirun switchml-mpi-bench) with the same "
-                 "-b/-e/-f/-n/-w yourself\n",
-                 o.peer.c_str());
-    return 2;
-  }
+  if (int error = CheckRun(o); error != 0) return error;
   if (o.local > 0) return RunLocal(o, passthrough, peer_passthrough);
   return RunWorker(o);
 }

@@ -250,6 +250,18 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
 
 }  // namespace
 
+// False (after a line naming the rank, and `what` the run was) if a rank failed.
+bool AllSucceeded(const std::vector<switchml::Status>& status, const std::string& what) {
+  for (size_t r = 0; r < status.size(); ++r) {
+    if (!status[r].ok()) {
+      std::fprintf(stderr, "rank %zu failed%s: %s\n", r,
+                   what.empty() ? "" : (" (" + what + ")").c_str(), status[r].ToString().c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"switchml-sim: an all-reduce through the in-process simulated network"};
   app.option_defaults()->always_capture_default();  // --help shows every default
@@ -285,25 +297,14 @@ int main(int argc, char** argv) {
     inputs.push_back(in[r].data());
   }
   for (int w = 0; w < a.warmup; ++w) {
-    const std::vector<switchml::Status> status = c.AllReduce(ops);
-    for (int r = 0; r < a.workers; ++r) {
-      if (!status[r].ok()) {
-        std::fprintf(stderr, "rank %d failed (warm-up): %s\n", r, status[r].ToString().c_str());
-        return 1;
-      }
-    }
+    if (!AllSucceeded(c.AllReduce(ops), "warm-up")) return 1;
   }
   const Counts before = Counts::Of(c, a.workers);
   const auto wall_start = std::chrono::steady_clock::now();
   const std::vector<switchml::Status> status = c.AllReduce(ops);
   Outcome o;
   o.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  for (int r = 0; r < a.workers; ++r) {
-    if (!status[r].ok()) {
-      std::fprintf(stderr, "rank %d failed: %s\n", r, status[r].ToString().c_str());
-      return 1;
-    }
-  }
+  if (!AllSucceeded(status, "")) return 1;
   // Rank 0 against the exact sum (each check costs workers x count), every
   // other rank bitwise against rank 0.
   o.worst = switchml::CheckFloatAllReduce(inputs, out[0].data(), count, uint16_t(a.elements));

@@ -16,16 +16,17 @@
 #include <sstream>
 
 #include "client/client_log.h"
-#include "switch/bmv2/bmv2_data_plane.h"
+#include "switch/bmv2/bmv2_target.h"
+#include "switch/switch_start.h"
 #include "switchml/switch_server.h"
 #include "switchml/version.h"
 
 using switchml::ParseLogLevel;
 
-int main(int argc, char** argv) {
-  CLI::App app{"switchml-switch: in-network aggregation in software"};
-  app.option_defaults()->always_capture_default();  // --help shows every default
-  app.set_version_flag("--version", std::string("switchml-switch ") + SWITCHML_VERSION);
+namespace {
+
+// What the command line sets beyond SwitchConfig.
+struct Options {
   switchml::SwitchConfig config;
   std::string bind = "0.0.0.0";
   std::string port_file;
@@ -35,7 +36,14 @@ int main(int argc, char** argv) {
   int max_elements = config.data_plane.max_elements_per_packet;
   int max_workers = config.data_plane.max_workers;
   int max_jobs = config.data_plane.max_jobs;
-  app.add_option("--bind", bind, "IPv4 address to listen on");
+  std::string dataplane = "software";
+  switchml::bmv2::Bmv2Config bmv2;
+  std::string bmv2_cli = "simple_switch_CLI";
+};
+
+void AddSoftwareOptions(CLI::App& app, Options& o) {
+  switchml::SwitchConfig& config = o.config;
+  app.add_option("--bind", o.bind, "IPv4 address to listen on");
   app.add_option("--control-port", config.control_port, "gRPC control port (0: pick a free one)");
   app.add_option("--data-port", config.data_port,
                  "UDP data port, the first of --data-threads (0: pick free ones)");
@@ -45,7 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--pool-slots", config.data_plane.pool_slots,
                  "aggregation slots shared by all jobs")
       ->check(CLI::Range(1, 1 << 24));
-  app.add_option("--max-elements-per-packet", max_elements,
+  app.add_option("--max-elements-per-packet", o.max_elements,
                  "largest elements per packet a job may use: a power of two, 32..8192")
       ->check(
           CLI::Range(int(switchml::kMinElementsPerPacket), int(switchml::kMaxElementsPerPacket)))
@@ -55,9 +63,9 @@ int main(int argc, char** argv) {
             return (n & (n - 1)) == 0 ? "" : "must be a power of two (32, 64, ..., 8192), not " + v;
           },
           "POWER_OF_TWO"));
-  app.add_option("--max-workers", max_workers, "largest world size of a job")
+  app.add_option("--max-workers", o.max_workers, "largest world size of a job")
       ->check(CLI::Range(1, int(switchml::kMaxWorldSize)));
-  app.add_option("--max-jobs", max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
+  app.add_option("--max-jobs", o.max_jobs, "jobs at once")->check(CLI::Range(1, 65535));
   app.add_option("--result-multicast", config.result_multicast,
                  "send each result once to a host-local multicast group when all of a job's "
                  "workers are on loopback (true/false)");
@@ -68,6 +76,10 @@ int main(int argc, char** argv) {
   app.add_option("--udp-offload", config.udp_offload,
                  "receive coalesced and send segmented datagrams (UDP GRO/GSO) where the kernel "
                  "has them (true/false)");
+}
+
+void AddTransportAndServiceOptions(CLI::App& app, Options& o) {
+  switchml::SwitchConfig& config = o.config;
   app.add_option("--transport", config.transport,
                  "how data packets travel: udp (kernel UDP sockets), af_xdp (AF_XDP sockets, "
                  "kernel bypass; needs root) or dpdk (a DPDK poll-mode port; needs root)");
@@ -89,8 +101,8 @@ int main(int argc, char** argv) {
   app.add_option("--upstream", config.upstream,
                  "HOST[:PORT] of an upstream switch: be a rack switch of a tree (docs/design.md "
                  "§10), forwarding joins there and each completed slot as one member");
-  app.add_option("--port-file", port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+  app.add_option("--port-file", o.port_file, "write 'CONTROL_PORT DATA_PORT' here once listening");
+  app.add_option("--log-level", o.log_level, "trace, debug, info, warn, error, critical or off")
       ->check(CLI::Validator(
           [](const std::string& v) -> std::string {
             return ParseLogLevel(v)
@@ -98,61 +110,102 @@ int main(int argc, char** argv) {
                        : "'" + v + "' is not trace, debug, info, warn, error, critical or off";
           },
           "LEVEL"));
-  std::string dataplane = "software";
-  switchml::bmv2::Bmv2Config bmv2;
-  std::string bmv2_cli = "simple_switch_CLI";
-  app.add_option("--dataplane", dataplane, "software (this process) or bmv2 (a P4 switch)")
+}
+
+void AddBmv2Options(CLI::App& app, Options& o) {
+  app.add_option("--dataplane", o.dataplane, "software (this process) or bmv2 (a P4 switch)")
       ->check(CLI::IsMember({"software", "bmv2"}));
   auto* p4 = app.add_option_group("bmv2", "with --dataplane bmv2 (see p4/README.md)");
-  p4->add_option("--bmv2-cli", bmv2_cli, "runtime CLI command (words split on spaces)");
-  p4->add_option("--bmv2-thrift-port", bmv2.thrift_port, "simple_switch's Thrift port");
-  p4->add_option("--bmv2-hosts", bmv2.hosts_file, "TOML file: ip, mac, port of each host");
-  p4->add_option("--bmv2-switch-ip", bmv2.switch_ip, "aggregation address workers send to");
-  p4->add_option("--bmv2-switch-mac", bmv2.switch_mac, "the switch's MAC address");
-  p4->add_option("--bmv2-elements-per-packet", bmv2.elements_per_packet,
+  p4->add_option("--bmv2-cli", o.bmv2_cli, "runtime CLI command (words split on spaces)");
+  p4->add_option("--bmv2-thrift-port", o.bmv2.thrift_port, "simple_switch's Thrift port");
+  p4->add_option("--bmv2-hosts", o.bmv2.hosts_file, "TOML file: ip, mac, port of each host");
+  p4->add_option("--bmv2-switch-ip", o.bmv2.switch_ip, "aggregation address workers send to");
+  p4->add_option("--bmv2-switch-mac", o.bmv2.switch_mac, "the switch's MAC address");
+  p4->add_option("--bmv2-elements-per-packet", o.bmv2.elements_per_packet,
                  "SWITCHML_K of the compiled program");
-  p4->add_option("--bmv2-pool-slots", bmv2.pool_slots,
+  p4->add_option("--bmv2-pool-slots", o.bmv2.pool_slots,
                  "SWITCHML_POOL_SLOTS of the compiled program");
-  CLI11_PARSE(app, argc, argv);
-  if (dataplane == "bmv2") {
-    bmv2.cli.clear();
-    std::istringstream words(bmv2_cli);
-    for (std::string w; words >> w;) bmv2.cli.push_back(w);
-    // The program's limits are its own: a software setting would be ignored.
-    for (const auto& [flag, instead] :
-         {std::pair{"--pool-slots", "--bmv2-pool-slots"},
-          std::pair{"--max-elements-per-packet", "--bmv2-elements-per-packet"},
-          std::pair{"--max-workers", ""}, std::pair{"--max-jobs", ""},
-          std::pair{"--data-threads", ""}}) {
-      if (app.count(flag) != 0) {
-        std::fprintf(stderr,
-                     "%s applies to the software data plane only, not with --dataplane "
-                     "bmv2%s%s\n",
-                     flag, *instead ? "; use " : "", instead);
-        return 2;
-      }
+}
+
+// The program's limits are its own: a software setting would be ignored.
+bool RefuseSoftwareSettingsWithBmv2(const CLI::App& app, Options& o) {
+  o.bmv2.cli.clear();
+  std::istringstream words(o.bmv2_cli);
+  for (std::string w; words >> w;) o.bmv2.cli.push_back(w);
+  for (const auto& [flag, instead] :
+       {std::pair{"--pool-slots", "--bmv2-pool-slots"},
+        std::pair{"--max-elements-per-packet", "--bmv2-elements-per-packet"},
+        std::pair{"--max-workers", ""}, std::pair{"--max-jobs", ""},
+        std::pair{"--data-threads", ""}}) {
+    if (app.count(flag) != 0) {
+      std::fprintf(stderr,
+                   "%s applies to the software data plane only, not with --dataplane bmv2%s%s\n",
+                   flag, *instead ? "; use " : "", instead);
+      return false;
     }
   }
+  return true;
+}
 
+// Logging as --log-level says; false (after a message) for a bad level.
+bool SetUpLogging(const std::string& log_level) {
   if (!ParseLogLevel(log_level)) {
     spdlog::error("SWITCHML_LOG_LEVEL='{}' is not trace, debug, info, warn, error, critical or off",
                   log_level.substr(0, 32));
-    return 2;
+    return false;
   }
   spdlog::set_level(*ParseLogLevel(log_level));
   // gRPC's own messages (e.g. a failed bind, which Start() reports in one
   // line of ours) at debug level.
   gpr_set_log_function([](gpr_log_func_args* args) { spdlog::debug("grpc: {}", args->message); });
+  return true;
+}
+
+switchml::StatusOr<std::unique_ptr<switchml::SwitchServer>> StartServer(const Options& o) {
+  if (o.dataplane != "bmv2") return switchml::SwitchServer::Start(o.config);
+  // Everything is checked before the P4 switch is reset.
+  if (auto s = o.config.ValidateWithoutSoftwareDataPlane(); !s.ok()) return s;
+  auto target = switchml::bmv2::ConnectBmv2(o.bmv2);
+  if (!target.ok()) return target.status();
+  return switchml::StartSwitchServer(o.config, std::move(target).value());
+}
+
+// Writes the ports to `port_file` through `port_tmp`, so that readers never
+// see a half-written file.
+bool WritePortFile(const switchml::SwitchServer& server, const std::string& port_file,
+                   const std::string& port_tmp) {
+  std::ofstream(port_tmp) << server.control_port() << " " << server.data_port() << "\n";
+  if (std::rename(port_tmp.c_str(), port_file.c_str()) != 0) {
+    spdlog::error("--port-file {}: {}", port_file, std::strerror(errno));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"switchml-switch: in-network aggregation in software"};
+  app.option_defaults()->always_capture_default();  // --help shows every default
+  app.set_version_flag("--version", std::string("switchml-switch ") + SWITCHML_VERSION);
+  Options o;
+  AddSoftwareOptions(app, o);
+  AddTransportAndServiceOptions(app, o);
+  AddBmv2Options(app, o);
+  CLI11_PARSE(app, argc, argv);
+  if (o.dataplane == "bmv2" && !RefuseSoftwareSettingsWithBmv2(app, o)) return 2;
+  if (!SetUpLogging(o.log_level)) return 2;
   // The port file's directory must be writable before anything starts.
-  const std::string port_tmp = port_file + ".tmp";
-  if (!port_file.empty() && !std::ofstream(port_tmp)) {
-    spdlog::error("--port-file {}: cannot write {}: {}", port_file, port_tmp, std::strerror(errno));
+  const std::string port_tmp = o.port_file + ".tmp";
+  if (!o.port_file.empty() && !std::ofstream(port_tmp)) {
+    spdlog::error("--port-file {}: cannot write {}: {}", o.port_file, port_tmp,
+                  std::strerror(errno));
     return 2;
   }
-  config.bind_address = bind;
-  config.data_plane.max_elements_per_packet = uint16_t(max_elements);
-  config.data_plane.max_workers = uint16_t(max_workers);
-  config.data_plane.max_jobs = uint16_t(max_jobs);
+  o.config.bind_address = o.bind;
+  o.config.data_plane.max_elements_per_packet = uint16_t(o.max_elements);
+  o.config.data_plane.max_workers = uint16_t(o.max_workers);
+  o.config.data_plane.max_jobs = uint16_t(o.max_jobs);
 
   // Block the stop signals in every thread; the main thread waits for them.
   sigset_t signals;
@@ -161,28 +214,15 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto server = [&]() -> switchml::StatusOr<std::unique_ptr<switchml::SwitchServer>> {
-    if (dataplane != "bmv2") return switchml::SwitchServer::Start(config);
-    // Everything is checked before the P4 switch is reset.
-    if (auto s = config.ValidateWithoutSoftwareDataPlane(); !s.ok()) return s;
-    auto target = switchml::bmv2::ConnectBmv2(bmv2);
-    if (!target.ok()) return target.status();
-    return switchml::SwitchServer::Start(config, std::move(target).value());
-  }();
+  auto server = StartServer(o);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
-    if (!port_file.empty()) std::remove(port_tmp.c_str());
+    if (!o.port_file.empty()) std::remove(port_tmp.c_str());
     return 2;
   }
-  if (!port_file.empty()) {
-    std::ofstream(port_tmp) << server.value()->control_port() << " " << server.value()->data_port()
-                            << "\n";
-    // Readers never see a half-written file.
-    if (std::rename(port_tmp.c_str(), port_file.c_str()) != 0) {
-      spdlog::error("--port-file {}: {}", port_file, std::strerror(errno));
-      server.value()->Stop();
-      return 2;
-    }
+  if (!o.port_file.empty() && !WritePortFile(*server.value(), o.port_file, port_tmp)) {
+    server.value()->Stop();
+    return 2;
   }
   int signal = 0;
   sigwait(&signals, &signal);

@@ -18,6 +18,7 @@
 #include "switch/data_plane_target.h"
 #include "switch/join_request.h"
 #include "switch/software_target.h"
+#include "switch/switch_start.h"
 #include "switchml/context.h"
 #include "switchml/control.grpc.pb.h"
 #include "switchml/switch_server.h"
@@ -113,7 +114,7 @@ Joined JoinAll(uint16_t control_port, uint32_t world, uint32_t threads,
 
 TEST(ControlPlane, PushesEachStartedJobWholeToItsTarget) {
   auto log = std::make_shared<RecordingTarget::Log>();
-  auto sw = SwitchServer::Start(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
+  auto sw = StartSwitchServer(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
   ASSERT_TRUE(sw.ok()) << sw.status().ToString();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   const Joined joined = JoinAll(sw.value()->control_port(), 2, 2, &contexts);
@@ -152,7 +153,7 @@ TEST(ControlPlane, PushesEachStartedJobWholeToItsTarget) {
 TEST(ControlPlane, AFailedInstallFailsEveryRankAndFreesThePool) {
   auto log = std::make_shared<RecordingTarget::Log>();
   log->install_result = Status(StatusCode::kResourceExhausted, "the recording target is full");
-  auto sw = SwitchServer::Start(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
+  auto sw = StartSwitchServer(ControlOnlyConfig(), std::make_unique<RecordingTarget>(log));
   ASSERT_TRUE(sw.ok()) << sw.status().ToString();
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   const Joined joined = JoinAll(sw.value()->control_port(), 2, 1, &contexts);
@@ -173,7 +174,7 @@ TEST(ControlPlane, SoftwareSettingsAreRefusedWithAnotherTargetNamingTheField) {
   auto log = std::make_shared<RecordingTarget::Log>();
   SwitchConfig config = ControlOnlyConfig();
   config.data_plane.pool_slots = 100;
-  auto sw = SwitchServer::Start(config, std::make_unique<RecordingTarget>(log));
+  auto sw = StartSwitchServer(config, std::make_unique<RecordingTarget>(log));
   ASSERT_FALSE(sw.ok());
   EXPECT_EQ(sw.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(sw.status().message().find("data_plane.pool_slots=100"), std::string::npos)
@@ -224,7 +225,7 @@ TEST(SwitchConfigValidation, AfXdpLimitsAreRefusedNamingTheSetting) {
   EXPECT_NE(config.Validate().message().find("data_plane.max_elements_per_packet=1024"),
             std::string::npos)
       << config.Validate().message();
-  config.data_plane.max_elements_per_packet = kMaxAfXdpElementsPerPacket;
+  config.data_plane.max_elements_per_packet = transport::kMaxAfXdpElementsPerPacket;
   EXPECT_TRUE(config.Validate().ok()) << config.Validate().message();
   config.data_threads = 2;  // the data threads split the interface's queues
   EXPECT_TRUE(config.Validate().ok()) << config.Validate().message();

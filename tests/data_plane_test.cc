@@ -189,10 +189,10 @@ TEST_F(DataPlaneTest, LateDuplicateOfAnOldRoundIsDroppedAsStale) {
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{2, 0, 0, 0}));
 }
 
-// Regression (issue 14.1): a corrupted copy of rank 0's packet with the
-// version bit flipped (and optionally a later chunk id) used to clear rank
-// 0's bit in the version still filling, so rank 0's retransmission counted
-// twice and both ranks got A+A instead of A+B.
+// Regression (the version conflict, docs/design.md §2): a corrupted copy of rank 0's packet with
+// the version bit flipped (and optionally a later chunk id) used to clear rank 0's bit in the
+// version still filling, so rank 0's retransmission counted twice and both ranks got A+A instead of
+// A+B.
 TEST_F(DataPlaneTest, FlippedVersionCopyNeverMakesASenderCountTwice) {
   for (const uint32_t forged_chunk : {0u, 4u}) {
     SCOPED_TRACE(forged_chunk);

@@ -257,7 +257,7 @@ TEST(MultiProcessSwitchHosts, TwoSwitchesGiveOneSwitchsResultsAndAKilledOneIsNam
   b.Restart();  // for its destructor's clean stop
 }
 
-// Bad command lines (issue 14.3 and 14.6): each a one-line error and a
+// Bad command lines: each a one-line error and a
 // non-zero exit, never a crash, a silent default or a daemon that half works.
 int NonEmptyLines(const std::string& text) {
   int lines = 0;

@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "client/context_start.h"
+#include "switch/switch_start.h"
 #include "switchml/context.h"
 #include "switchml/switch_server.h"
 #include "transport/transport.h"
@@ -27,7 +29,7 @@ inline std::unique_ptr<SwitchServer> StartSwitch(
   config.data_plane.pool_slots = pool_slots;
   config.data_plane.max_jobs = max_jobs;
   config.socket_buffer_bytes = 4 << 20;
-  auto server = transport ? SwitchServer::Start(config, transport) : SwitchServer::Start(config);
+  auto server = transport ? StartSwitchServer(config, transport) : SwitchServer::Start(config);
   if (!server.ok()) return nullptr;
   return std::move(server).value();
 }
@@ -68,7 +70,7 @@ inline std::vector<std::unique_ptr<Context>> StartAll(
   std::vector<std::thread> threads;
   for (size_t r = 0; r < configs.size(); ++r) {
     threads.emplace_back([&, r] {
-      auto c = transport ? Context::Start(configs[r], transport) : Context::Start(configs[r]);
+      auto c = transport ? StartContext(configs[r], transport) : Context::Start(configs[r]);
       if (c.ok()) {
         contexts[r] = std::move(c).value();
       } else {

@@ -11,7 +11,7 @@
 
 #include "dataplane/data_plane.h"
 #include "quantize/quantize.h"
-#include "switch/bmv2/bmv2_data_plane.h"
+#include "switch/bmv2/bmv2_target.h"
 #include "wire/wire_format.h"
 
 namespace switchml {
@@ -66,7 +66,7 @@ TEST_F(P4Constants, WireFormatMatches) {
 }
 
 TEST_F(P4Constants, UdpPortMatchesTheControlPlane) {
-  EXPECT_EQ(Get("SWITCHML_UDP_PORT_BASE"), bmv2::Bmv2DataPlane::kUdpPort);
+  EXPECT_EQ(Get("SWITCHML_UDP_PORT_BASE"), bmv2::Bmv2Target::kUdpPort);
 }
 
 // DROP_<NAME> is the DropReason whose name, upper-cased, is NAME, and every
@@ -95,7 +95,7 @@ TEST_F(P4Constants, EventCountersMatchTheDriver) {
     EXPECT_EQ(Get("EVENT_" + name), long(i)) << name;
   }
   EXPECT_GE(Get("SWITCHML_NUM_EVENTS"), long(std::size(kEventCounters)));
-  EXPECT_EQ(Get("SWITCHML_MAX_JOBS"), bmv2::Bmv2DataPlane::kMaxJobs);
+  EXPECT_EQ(Get("SWITCHML_MAX_JOBS"), bmv2::Bmv2Target::kMaxJobs);
 }
 
 }  // namespace

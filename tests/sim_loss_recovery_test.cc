@@ -101,7 +101,7 @@ Runs RunThree(SimCluster& c, uint16_t world, size_t count) {
 
 class LossFree : public ::testing::TestWithParam<std::tuple<uint16_t, Path>> {};
 
-// Issue 27's first target: on a loss-free path nothing is resent, at any
+// On a loss-free path nothing is resent, at any
 // speed or scale (before: a third of all packets at 100 Gbit/s).
 TEST_P(LossFree, NothingIsResent) {
   const auto [world, path] = GetParam();
@@ -123,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Under 1% loss every resend is accounted for, and they stay within a bound
 // of what was lost (switchml-sim, 8 MiB: 1.04x, 2.05x and 1.09x for seeds
-// 1, 7 and 9; issue 27 aims at 1.5x; docs/performance.md has the table).
+// 1, 7 and 9; the aim is 1.5x; docs/performance.md has the table).
 TEST(LossRecovery, UnderOnePercentLossEightWorkersResendAboutWhatWasLost) {
   auto c = SimCluster::Create(Options(8, Path{100, 1}, 0.01));
   ASSERT_TRUE(c.ok()) << c.status().ToString();

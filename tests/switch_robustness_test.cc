@@ -108,7 +108,7 @@ TEST(SwitchResources, JobThatDoesNotFitIsRefusedClearly) {
       << c.status().message();
 }
 
-// Regression (issue 14.3): gRPC's default SO_REUSEPORT let a second daemon
+// Regression: gRPC's default SO_REUSEPORT let a second daemon
 // start on a busy control port; jobs then split between the two and hung.
 TEST(SwitchStartup, BusyControlPortIsAnError) {
   auto first = StartSwitch();
@@ -303,7 +303,7 @@ TEST(SwitchAuthentication, RanksWithDifferentKeysCannotFormAJob) {
   EXPECT_NE(refused.message().find("auth_key differs"), std::string::npos) << refused.message();
 }
 
-// Regression (issue 14.4): a rank that joins with other settings, or as a
+// Regression: a rank that joins with other settings, or as a
 // duplicate, used to fail alone while the registered ranks waited out the
 // join timeout and then blamed "missing rank(s)". Now every rank fails at
 // once with the same message, naming the field and both values. (The join

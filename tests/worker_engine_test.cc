@@ -236,7 +236,7 @@ TEST(WorkerEngine, SilentPeerIsWaitedForUpToTheOperationTimeoutThenNamed) {
             StatusCode::kFailedPrecondition);
 }
 
-// Regression (issue 14.5): a live rank whose window held back its later
+// Regression: a live rank whose window held back its later
 // packets used to be named missing too (the engine OR-ed the pending reports
 // of every slot). Only the oldest unanswered chunk's report names exactly
 // the ranks that stopped.

@@ -18,11 +18,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "switchml/config.h"
@@ -30,14 +28,14 @@
 #include "switchml/types.h"
 
 namespace switchml {
-namespace transport {
-class Transport;  // src/transport/transport.h
-}
-class WorkerThread;  // src/client/worker_thread.h
+class WorkState;     // src/client/work_state.h
+struct ContextImpl;  // src/client/context.cc
 
 // The handle of one asynchronous all-reduce (c10d calls its own Work, too).
+// Context::AllReduceAsync makes it; its state is the library's.
 class Work {
  public:
+  explicit Work(std::shared_ptr<WorkState> state);
   // Blocks until the all-reduce finished; returns its status.
   Status Wait();
   // Waits at most `timeout`; true if the all-reduce finished.
@@ -51,17 +49,7 @@ class Work {
   void OnDone(std::function<void(const Status&)> callback);
 
  private:
-  friend class Context;
-  friend class WorkerThread;
-  // An all-reduce of `parts` pieces (one per I/O thread); each ends once.
-  explicit Work(int parts) : remaining_(parts) {}
-  void PartDone(const Status& status);
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int remaining_;
-  Status status_;
-  std::function<void(const Status&)> on_done_;
+  std::shared_ptr<WorkState> state_;
 };
 
 // The name of Work before version 0.2 (deprecated; removed in 0.3).
@@ -85,10 +73,8 @@ class Context {
   // Validates `config`, joins the job at the switch (waiting for every rank
   // up to join_timeout_ms) and starts the I/O threads.
   static StatusOr<std::unique_ptr<Context>> Start(const ContextConfig& config);
-  // The same over a transport object instead of config.transport's: an
-  // embedder's own, or the in-process SimFabric of the tests.
-  static StatusOr<std::unique_ptr<Context>> Start(const ContextConfig& config,
-                                                  std::shared_ptr<transport::Transport> transport);
+  // Made by Start (its state is the library's).
+  explicit Context(std::unique_ptr<ContextImpl> impl);
   ~Context();  // Stop()s
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -117,9 +103,7 @@ class Context {
   std::string offload() const;
 
  private:
-  struct Impl;
-  explicit Context(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<ContextImpl> impl_;
 };
 
 }  // namespace switchml

@@ -28,8 +28,9 @@ inline constexpr uint32_t kMaxThreads = 64;
 // The longest busy_poll_us (ContextConfig, SwitchConfig) accepts.
 inline constexpr uint32_t kMaxBusyPollUs = 100000;
 
-// The largest elements per packet the af_xdp transport carries (one packet
-// per 4 KiB frame).
-inline constexpr uint16_t kMaxAfXdpElementsPerPacket = 512;
+// Deprecated (removed in 0.3): a limit of the af_xdp transport, which is not
+// part of the public API; ContextConfig::Validate() states it.
+[[deprecated("the af_xdp transport's limit left the public API")]] inline constexpr uint16_t
+    kMaxAfXdpElementsPerPacket = 512;
 
 }  // namespace switchml

@@ -18,10 +18,8 @@
 #include "switchml/status.h"
 
 namespace switchml {
-namespace transport {
-class Transport;  // src/transport/transport.h
-}
-class DataPlaneTarget;  // src/switch/data_plane_target.h
+
+struct SwitchServerImpl;  // src/switch/switch_server.cc
 
 struct SwitchConfig {
   std::string bind_address = "0.0.0.0";         // IPv4 address to listen on
@@ -89,16 +87,8 @@ class SwitchServer {
  public:
   // Binds both ports and starts serving. Errors name the address or value.
   static StatusOr<std::unique_ptr<SwitchServer>> Start(const SwitchConfig& config);
-  // The same over a transport object instead of config.transport's: an
-  // embedder's own, or the in-process SimFabric of the tests.
-  static StatusOr<std::unique_ptr<SwitchServer>> Start(
-      const SwitchConfig& config, std::shared_ptr<transport::Transport> transport);
-  // Only the control plane, over a data plane outside this process (a P4
-  // switch; `switchml-switch --dataplane bmv2` builds one). The settings of
-  // the software data plane (data_threads, data_plane) must keep their
-  // defaults: the target has its own limits.
-  static StatusOr<std::unique_ptr<SwitchServer>> Start(const SwitchConfig& config,
-                                                       std::unique_ptr<DataPlaneTarget> target);
+  // Made by Start (its state is the library's).
+  explicit SwitchServer(std::unique_ptr<SwitchServerImpl> impl);
   ~SwitchServer();  // Stop()s
   SwitchServer(const SwitchServer&) = delete;
   SwitchServer& operator=(const SwitchServer&) = delete;
@@ -120,9 +110,7 @@ class SwitchServer {
   uint16_t metrics_port() const;
 
  private:
-  struct Impl;
-  explicit SwitchServer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<SwitchServerImpl> impl_;
 };
 
 }  // namespace switchml

@@ -150,10 +150,10 @@ Status ContextConfig::Validate() const {
   }
   if (job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
-  if (transport == "af_xdp" && elements_per_packet > kMaxAfXdpElementsPerPacket) {
-    return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
-                           " does not fit the af_xdp transport's 4 KiB frames; use at most " +
-                           std::to_string(kMaxAfXdpElementsPerPacket) + " (or 0: chosen)");
+  if (Status s = transport::CheckElementsPerPacket(transport, elements_per_packet,
+                                                   "elements_per_packet", " (or 0: chosen)");
+      !s.ok()) {
+    return s;
   }
   if (!auth_key.empty()) {
     if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;

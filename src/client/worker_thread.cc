@@ -57,7 +57,7 @@ WorkerThread::WorkerThread(const WorkerEngineConfig& engine,
       engine_(engine),
       endpoint_(std::move(endpoint)),
       group_(std::move(group)),
-      offload_(endpoint_->offload()),
+      offload_(endpoint_->description()),
       poller_(busy_poll),
       auth_(auth) {}
 
@@ -90,7 +90,7 @@ void WorkerThread::Stop() {
 }
 
 void WorkerThread::Submit(const void* in, void* out, size_t count, DType dtype,
-                          std::shared_ptr<Work> job) {
+                          std::shared_ptr<WorkState> job) {
   if (!mailbox_.Post({in, out, count, dtype, job, Status::Ok()})) {
     job->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
   }
@@ -113,7 +113,7 @@ void WorkerThread::DrainMailbox() {
       r.job->PartDone(failure_);
       continue;
     }
-    std::shared_ptr<Work> job = r.job;
+    std::shared_ptr<WorkState> job = r.job;
     const Nanos started = Now();
     const uint64_t resent = engine_.counters().retransmissions;
     const size_t count = r.count;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/work_state.h"
 #include "common/mailbox.h"
 #include "net/busy_poll.h"
 #include "net/packet_auth.h"
@@ -45,7 +46,7 @@ class WorkerThread {
   void Stop();
 
   // Queues an all-reduce of this thread's slice; `job` hears of its end.
-  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<Work> job);
+  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<WorkState> job);
   // Fails the running and queued operations and every later one.
   void Fail(const Status& status);
 
@@ -61,7 +62,7 @@ class WorkerThread {
     void* out;
     size_t count;
     DType dtype;
-    std::shared_ptr<Work> job;  // null: a failure (Fail())
+    std::shared_ptr<WorkState> job;  // null: a failure (Fail())
     Status failure;
   };
   class BatchSink;

@@ -551,109 +551,123 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     return Drop(job, DropReason::kNotContribution);
   }
   if (job == nullptr) return Drop(nullptr, DropReason::kUnknownJob);
-  const JobRegistration& reg = job->reg;
-  if (h.rank >= reg.world_size || !job->IsLocal(h.rank)) {
-    return Drop(job, DropReason::kRankOutOfRange);
+  if (const DropReason bad = CheckContribution(*job, h); bad != DropReason::kNone) {
+    return Drop(job, bad);
   }
-  if (h.slot >= reg.pool_slots) return Drop(job, DropReason::kSlotOutOfRange);
-  if (h.element_count != reg.elements_per_packet) return Drop(job, DropReason::kElementCount);
+  NoteNewestChunk(*job, h);
+  const size_t slot = SlotIndexOf(h.version, job->reg.pool_base + h.slot);
+  const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
+  if (seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64))) {
+    return OnRetransmission(*job, h, slot, out);
+  }
+  if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
+    return Drop(job, bad);
+  }
+  return CountIn(*job, packet, slot, other, out);
+}
+
+DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader& h) const {
+  const JobRegistration& reg = job.reg;
+  if (h.rank >= reg.world_size || !job.IsLocal(h.rank)) return DropReason::kRankOutOfRange;
+  if (h.slot >= reg.pool_slots) return DropReason::kSlotOutOfRange;
+  if (h.element_count != reg.elements_per_packet) return DropReason::kElementCount;
   if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
-    return Drop(job, DropReason::kBadExponent);
+    return DropReason::kBadExponent;
   }
+  return DropReason::kNone;
+}
 
-  if (!job->sent_any[h.rank] || ChunkBefore(job->newest_chunk[h.rank], h.chunk)) {
-    if (job->sent_any[h.rank]) job->min_gap = std::min(job->min_gap, now_ - job->newest_at[h.rank]);
-    job->newest_chunk[h.rank] = h.chunk;
-    job->newest_at[h.rank] = now_;
-    job->sent_any[h.rank] = 1;
+void DataPlane::NoteNewestChunk(JobEntry& job, const PacketHeader& h) {
+  if (job.sent_any[h.rank] && !ChunkBefore(job.newest_chunk[h.rank], h.chunk)) return;
+  if (job.sent_any[h.rank]) job.min_gap = std::min(job.min_gap, now_ - job.newest_at[h.rank]);
+  job.newest_chunk[h.rank] = h.chunk;
+  job.newest_at[h.rank] = now_;
+  job.sent_any[h.rank] = 1;
+}
+
+// A retransmission: this rank already counted in (v, slot).
+Verdict DataPlane::OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
+                                    std::span<uint8_t> out) {
+  if (h.chunk != chunk_[slot]) return Drop(&job, DropReason::kStaleChunk);
+  const uint16_t world = job.reg.world_size;
+  if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {
+    ++counters_.results_resent;
+    ++job.counters.results_resent;
+    return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, world,
+                   WriteResult(job, slot, h.rank, h.version, h.slot, out)};
   }
-  const uint8_t v = h.version;
-  const size_t slot = SlotIndexOf(v, reg.pool_base + h.slot);
-  const size_t other = SlotIndexOf(v ^ 1, reg.pool_base + h.slot);
-  uint64_t& seen_word = seen_[slot * bitmap_words_ + h.rank / 64];
-  const uint64_t bit = uint64_t{1} << (h.rank % 64);
+  // The sender's timer fired: the slot stalled. NACK its missing ranks at the
+  // next timer, unless it awaits the upstream (which has its own).
+  if (!awaits_upstream_[slot] && nack_due_[slot] > now_) WatchStall(job, slot, Nanos(0));
+  ++counters_.pending_replies;
+  ++job.counters.pending_replies;
+  return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, world,
+                 WritePending(job, slot, h, out)};
+}
 
-  if (seen_word & bit) {
-    // A retransmission: this rank already counted in (v, slot).
-    if (h.chunk != chunk_[slot]) return Drop(job, DropReason::kStaleChunk);
-    if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {
-      ++counters_.results_resent;
-      ++job->counters.results_resent;
-      return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, reg.world_size,
-                     WriteResult(*job, slot, h.rank, v, h.slot, out)};
-    }
-    // The sender's timer fired: the slot stalled. NACK its missing ranks
-    // at the next timer, unless it awaits the upstream (which has its own).
-    if (!awaits_upstream_[slot] && nack_due_[slot] > now_) WatchStall(*job, slot, Nanos(0));
-    ++counters_.pending_replies;
-    ++job->counters.pending_replies;
-    return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, reg.world_size,
-                   WritePending(*job, slot, h, out)};
-  }
-
-  const bool first = remaining_[slot] == 0;
-  if (first) {
+DropReason DataPlane::CheckJoin(const PacketHeader& h, size_t slot, size_t other) const {
+  if (remaining_[slot] == 0) {
     // Only a chunk newer than the last one this slot finished may start it;
     // anything else is a late duplicate that would overwrite a result some
     // worker may still need.
-    if (used_[slot] && !ChunkBefore(chunk_[slot], h.chunk)) {
-      return Drop(job, DropReason::kStaleChunk);
-    }
+    if (used_[slot] && !ChunkBefore(chunk_[slot], h.chunk)) return DropReason::kStaleChunk;
   } else if (h.chunk != chunk_[slot]) {
-    return Drop(job, ChunkBefore(h.chunk, chunk_[slot]) ? DropReason::kStaleChunk
-                                                        : DropReason::kChunkMismatch);
+    return ChunkBefore(h.chunk, chunk_[slot]) ? DropReason::kStaleChunk
+                                              : DropReason::kChunkMismatch;
   } else if (h.exponent != exponent_[slot]) {
-    return Drop(job, DropReason::kExponentMismatch);
+    return DropReason::kExponentMismatch;
   }
-
   // A worker sends into version v only once it holds the result of version
   // 1-v, so while 1-v still aggregates this cannot be one of its packets
   // (a corrupted or forged copy, e.g. with the version bit flipped).
   // Accepting it would clear the sender's bit in 1-v and let the sender's
   // retransmission count twice there.
-  if (remaining_[other] != 0 || awaits_upstream_[other]) {
-    return Drop(job, DropReason::kVersionConflict);
-  }
+  if (remaining_[other] != 0 || awaits_upstream_[other]) return DropReason::kVersionConflict;
+  return DropReason::kNone;
+}
 
-  // A new contribution: count it here and recycle the other version lazily.
-  seen_word |= bit;
+// A new contribution: count it here and recycle the other version lazily.
+Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot, size_t other,
+                           std::span<uint8_t> out) {
+  const PacketHeader& h = packet.header;
+  const JobRegistration& reg = job.reg;
+  const uint64_t bit = uint64_t{1} << (h.rank % 64);
+  seen_[slot * bitmap_words_ + h.rank / 64] |= bit;
   seen_[other * bitmap_words_ + h.rank / 64] &= ~bit;
   uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
-  const uint8_t* src = packet.payload;
   const uint16_t k = reg.elements_per_packet;
-  if (first) {
-    Int32FromBigEndian(src, k, reinterpret_cast<int32_t*>(acc));
+  if (remaining_[slot] == 0) {  // the first
+    Int32FromBigEndian(packet.payload, k, reinterpret_cast<int32_t*>(acc));
     used_[slot] = 1;
     chunk_[slot] = h.chunk;
     exponent_[slot] = h.exponent;
     max_next_exponent_[slot] = h.next_exponent;
-    remaining_[slot] = uint16_t(job->expected - 1);
+    remaining_[slot] = uint16_t(job.expected - 1);
     first_at_[slot] = now_;
     nack_tries_[slot] = 0;
-    if (remaining_[slot] != 0) WatchStall(*job, slot, job->NackDelay());
+    if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
-    AddBigEndian(src, k, acc);
+    AddBigEndian(packet.payload, k, acc);
     max_next_exponent_[slot] = std::max(max_next_exponent_[slot], h.next_exponent);
     --remaining_[slot];
   }
   ++counters_.contributions;
-  ++job->counters.contributions;
+  ++job.counters.contributions;
   if (remaining_[slot] != 0) return Verdict{Action::kDrop, DropReason::kNone, h.rank, 0, 0};
-  SampleSpread(*job, slot);
-
+  SampleSpread(job, slot);
   if (reg.upstream) {
     awaits_upstream_[slot] = 1;
     upstream_tries_[slot] = 0;
     ++awaiting_;
     ++counters_.upstream_sent;
-    ++job->counters.upstream_sent;
-    return WriteUpstream(*job, slot, v, h.slot, out);
+    ++job.counters.upstream_sent;
+    return WriteUpstream(job, slot, h.version, h.slot, out);
   }
   ++counters_.slots_completed;
-  ++job->counters.slots_completed;
+  ++job.counters.slots_completed;
   return Verdict{Action::kSendToAll, DropReason::kNone, h.rank, reg.world_size,
-                 WriteResult(*job, slot, kAllRanks, v, h.slot, out)};
+                 WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
 }
 
 }  // namespace switchml

@@ -257,6 +257,18 @@ class DataPlane {
   Verdict WriteUpstream(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
                         std::span<uint8_t> out);
   Verdict Drop(JobEntry* job, DropReason reason);
+  // The steps of ProcessDecoded for a contribution of `job`: the header's
+  // fields against the job (kNone: valid); the sender's newest chunk; a
+  // retransmission into (v, slot), where the sender already counted; whether
+  // a new contribution may join (v, slot), `other` being (1-v, slot); and
+  // counting it in, which may complete the slot.
+  DropReason CheckContribution(const JobEntry& job, const PacketHeader& h) const;
+  void NoteNewestChunk(JobEntry& job, const PacketHeader& h);
+  Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
+                           std::span<uint8_t> out);
+  DropReason CheckJoin(const PacketHeader& h, size_t slot, size_t other) const;
+  Verdict CountIn(JobEntry& job, const PacketView& packet, size_t slot, size_t other,
+                  std::span<uint8_t> out);
   // The header of a packet the switch sends about (version, job slot):
   // the slot's chunk id, exponents zero.
   PacketHeader SlotHeader(const JobEntry& job, size_t slot, MessageType type, uint16_t rank,

@@ -2,7 +2,7 @@
 // owns every job's record and pushes each started job whole to one target,
 // which turns it into packet-processing state and back. Two targets exist:
 // the software data plane of this process, fanned out to its data threads
-// (software_target.h), and a P4 switch, BMv2 (bmv2/bmv2_data_plane.h).
+// (software_target.h), and a P4 switch, BMv2 (bmv2/bmv2_target.h).
 //
 // Thread safety: the control plane calls a target from one thread at a time.
 #pragma once
@@ -74,6 +74,17 @@ class DataPlaneTarget {
 
   // "software" or "bmv2", for logs.
   virtual std::string name() const = 0;
+  // How it moves packets, for the start-up log (the software target: its
+  // transport's endpoints); empty by default.
+  virtual std::string description() const { return ""; }
+  // Starts forwarding packets (the software target's data threads) once the
+  // control plane serves; stops for good. By default nothing: a P4 switch
+  // forwards on its own. Stop() is idempotent.
+  virtual void Start() {}
+  virtual void Stop() {}
+  // The ports of the host-local result groups, one per shard; empty where the
+  // target has none (the default).
+  virtual std::vector<uint16_t> result_ports() const { return {}; }
   // The pool, job table, largest world size and packet that the control
   // plane allocates within.
   virtual DataPlaneConfig limits() const = 0;

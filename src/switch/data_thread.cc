@@ -9,22 +9,20 @@
 namespace switchml {
 namespace {
 constexpr size_t kBatch = 64;
-// With coalescing, 4 buffers of 64 KiB; each may hold 64 datagrams.
+// With UDP coalescing, 4 buffers of 64 KiB.
 constexpr size_t kCoalescedBuffers = 4;
-// The most datagrams one receive call returns either way.
-constexpr size_t kMaxReceived =
-    std::max(kBatch, kCoalescedBuffers* transport::kMaxCoalescedDatagrams);
 }  // namespace
 
 transport::EndpointOptions DataThread::EndpointOptions(const DataPlaneConfig& config,
                                                        int socket_buffer_bytes, bool offload) {
   transport::EndpointOptions o;
   o.max_datagram_bytes = MaxPacketBytes(config.max_elements_per_packet);
-  o.send_queue = kMaxReceived * config.max_workers;  // a result to every worker, per packet
   o.receive_batch = kBatch;
   o.udp.coalesced_buffers = kCoalescedBuffers;
   o.udp.socket_buffer_bytes = socket_buffer_bytes;
   o.udp.offload = offload;
+  // A result to every worker, for each datagram of one receive.
+  o.send_queue = transport::MostDatagramsPerReceive(o) * config.max_workers;
   return o;
 }
 
@@ -34,7 +32,7 @@ DataThread::DataThread(const DataPlaneConfig& config, std::unique_ptr<transport:
       handler_(&data_plane_, shard, shards),
       poller_(busy_poll),
       endpoint_(std::move(endpoint)),
-      out_(kMaxReceived * MaxPacketBytes(config.max_elements_per_packet)) {}
+      out_(endpoint_->receive_capacity() * MaxPacketBytes(config.max_elements_per_packet)) {}
 
 DataThread::~DataThread() { Stop(); }
 
@@ -140,9 +138,10 @@ void DataThread::Run() {
 
 void DataThread::SendTimerPackets(Nanos now) {
   const size_t out_bytes = MaxPacketBytes(data_plane_.config().max_elements_per_packet);
+  const size_t buffers = out_.size() / out_bytes;
   for (bool more = true; more;) {
     size_t used = 0;
-    while (used < kMaxReceived &&
+    while (used < buffers &&
            (more = handler_.SendTimerPacket(now, {&out_[used * out_bytes], out_bytes}, *this))) {
       ++used;
     }

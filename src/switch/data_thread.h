@@ -68,7 +68,7 @@ class DataThread : private ReplySink {
 
   const DataPlaneConfig& config() const { return data_plane_.config(); }
   // What the transport granted: "segmentation and coalescing", ..., or "off".
-  std::string offload() const { return endpoint_->offload(); }
+  std::string description() const { return endpoint_->description(); }
   // The data thread's CPU clock (for benchmarks). REQUIRES: Start()ed.
   clockid_t cpu_clock();
 

@@ -7,7 +7,8 @@
 // registered the job, and removed (Remove) before the data plane forgets it.
 // Until its book is installed a job is unknown here: its packets are dropped
 // as `unknown_job` before they reach the data plane, so no packet ever skips
-// the source or MAC check (issue 14.2).
+// the source or MAC check (docs/security.md: every packet is checked
+// against the registered address of its rank, and its MAC where the job has a key).
 //
 // Thread safety: none; the data thread that owns the DataPlane owns this.
 #pragma once

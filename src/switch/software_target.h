@@ -24,8 +24,8 @@ class SoftwareTarget final : public DataPlaneTarget {
                                                         transport::Transport& transport);
   ~SoftwareTarget() override;  // Stop()s
 
-  void Start();
-  void Stop();
+  void Start() override;
+  void Stop() override;
 
   std::string name() const override { return "software"; }
   DataPlaneConfig limits() const override { return shards_[0]->config(); }
@@ -36,10 +36,9 @@ class SoftwareTarget final : public DataPlaneTarget {
   void Remove(JobId id) override;
   StatusOr<TargetCounters> Counters(const std::vector<JobId>& jobs) override;
 
-  // The ports of the host-local result groups, one per shard (empty: results
-  // go by unicast only).
-  const std::vector<uint16_t>& result_ports() const { return result_ports_; }
-  std::string offload() const { return shards_[0]->offload(); }
+  // Empty: results go by unicast only.
+  std::vector<uint16_t> result_ports() const override { return result_ports_; }
+  std::string description() const override { return shards_[0]->description(); }
 
  private:
   SoftwareTarget() = default;

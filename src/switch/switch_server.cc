@@ -12,6 +12,7 @@
 #include "switch/metrics.h"
 #include "switch/software_target.h"
 #include "switch/stats_format.h"
+#include "switch/switch_start.h"
 #include "transport/transport.h"
 
 namespace switchml {
@@ -25,10 +26,9 @@ std::string PortList(const std::vector<uint16_t>& ports) {
 
 }  // namespace
 
-struct SwitchServer::Impl {
+struct SwitchServerImpl {
   SwitchConfig config;
   std::unique_ptr<DataPlaneTarget> target;
-  SoftwareTarget* software = nullptr;  // `target`, when it is this process's
   std::unique_ptr<ControlService> service;
   std::unique_ptr<grpc::Server> server;
   uint16_t control_port = 0;
@@ -37,11 +37,12 @@ struct SwitchServer::Impl {
   uint16_t metrics_port = 0;
   std::once_flag stop_once;
 
+  // The gRPC control service at `listen` (HOST:PORT; port 0: a free one).
+  Status ServeControl(const std::string& listen);
   Status ServeMetrics(const std::string& address);
-  // Serves the control plane over `target`; Start()s a software target.
+  // Serves the control plane over `target`, then Start()s it.
   static StatusOr<std::unique_ptr<SwitchServer>> Serve(const SwitchConfig& config,
-                                                       std::unique_ptr<DataPlaneTarget> target,
-                                                       SoftwareTarget* software);
+                                                       std::unique_ptr<DataPlaneTarget> target);
 };
 
 Status SwitchConfig::Validate() const {
@@ -65,12 +66,12 @@ Status SwitchConfig::Validate() const {
                            " (seconds; 0: an ended job's counters go with it)");
   }
   if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
-  if (transport == "af_xdp" && data_plane.max_elements_per_packet > kMaxAfXdpElementsPerPacket) {
-    return InvalidArgument(
-        "data_plane.max_elements_per_packet=" + std::to_string(data_plane.max_elements_per_packet) +
-        " does not fit the af_xdp transport's 4 KiB frames; use at most " +
-        std::to_string(kMaxAfXdpElementsPerPacket) + " (--max-elements-per-packet " +
-        std::to_string(kMaxAfXdpElementsPerPacket) + ")");
+  if (Status s = transport::CheckElementsPerPacket(
+          transport, data_plane.max_elements_per_packet, "data_plane.max_elements_per_packet",
+          " (--max-elements-per-packet " + std::to_string(transport::kMaxAfXdpElementsPerPacket) +
+              ")");
+      !s.ok()) {
+    return s;
   }
   if (auto bind = net::ParseAddress(bind_address, 0); !bind.ok()) return bind.status();
   if (!upstream.empty()) {
@@ -129,7 +130,7 @@ class SwitchCollectable final : public prometheus::Collectable {
 
 }  // namespace
 
-Status SwitchServer::Impl::ServeMetrics(const std::string& address) {
+Status SwitchServerImpl::ServeMetrics(const std::string& address) {
   auto parsed = net::ParseAddress(address, 0);
   if (!parsed.ok()) return InvalidArgument("metrics_address: " + parsed.status().message());
   const std::string bind = net::FormatAddress(parsed.value());
@@ -154,33 +155,31 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(const SwitchConfig& 
       config.transport,
       {{config.interface}, {config.dpdk_eal_args, config.dpdk_port, config.dpdk_address}});
   if (!made.ok()) return made.status();
-  return Start(config, std::move(made).value());
+  return StartSwitchServer(config, std::move(made).value());
 }
 
-StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(
+StatusOr<std::unique_ptr<SwitchServer>> StartSwitchServer(
     const SwitchConfig& config, std::shared_ptr<transport::Transport> transport) {
-  if (transport == nullptr) return InvalidArgument("SwitchServer::Start needs a transport");
+  if (transport == nullptr) return InvalidArgument("StartSwitchServer needs a transport");
   if (Status s = config.Validate(); !s.ok()) return s;
   auto software = SoftwareTarget::Open(config, *transport);
   if (!software.ok()) return software.status();
-  SoftwareTarget* raw = software.value().get();
-  return Impl::Serve(config, std::move(software).value(), raw);
+  return SwitchServerImpl::Serve(config, std::move(software).value());
 }
 
-StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Start(
-    const SwitchConfig& config, std::unique_ptr<DataPlaneTarget> target) {
-  if (target == nullptr) return InvalidArgument("SwitchServer::Start needs a data-plane target");
+StatusOr<std::unique_ptr<SwitchServer>> StartSwitchServer(const SwitchConfig& config,
+                                                          std::unique_ptr<DataPlaneTarget> target) {
+  if (target == nullptr) return InvalidArgument("StartSwitchServer needs a data-plane target");
   if (Status s = config.ValidateWithoutSoftwareDataPlane(); !s.ok()) return s;
-  return Impl::Serve(config, std::move(target), nullptr);
+  return SwitchServerImpl::Serve(config, std::move(target));
 }
 
-StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
-    const SwitchConfig& config, std::unique_ptr<DataPlaneTarget> target, SoftwareTarget* software) {
-  auto impl = std::make_unique<Impl>();
+StatusOr<std::unique_ptr<SwitchServer>> SwitchServerImpl::Serve(
+    const SwitchConfig& config, std::unique_ptr<DataPlaneTarget> target) {
+  auto impl = std::make_unique<SwitchServerImpl>();
   impl->config = config;
   impl->target = std::move(target);
-  impl->software = software;
-  const bool multicast = software != nullptr && !software->result_ports().empty();
+  const bool multicast = !impl->target->result_ports().empty();
   impl->config.result_multicast = multicast;
   std::unique_ptr<UpstreamClient> upstream;
   UpstreamClient* upstream_raw = nullptr;
@@ -195,13 +194,36 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
       impl->target.get(), multicast, std::chrono::seconds(impl->config.job_stats_grace_s),
       std::move(upstream));
 
-  grpc::ServerBuilder builder;
-  int selected = 0;
   const std::string host = net::FormatAddress(net::ParseAddress(config.bind_address, 0).value());
   const std::string listen =
       host.substr(0, host.rfind(':')) + ":" + std::to_string(config.control_port);
+  if (Status s = impl->ServeControl(listen); !s.ok()) return s;
+  if (upstream_raw != nullptr) {
+    upstream_raw->SetControlPort(impl->control_port);
+    spdlog::info("a rack switch: every job's joins go to the {}", upstream_raw->name());
+  }
+  if (!config.metrics_address.empty()) {
+    if (Status s = impl->ServeMetrics(config.metrics_address); !s.ok()) return s;
+  }
+  const std::string listen_host = listen.substr(0, listen.rfind(':'));
+  impl->target->Start();
+  const DataPlaneTarget& t = *impl->target;
+  const DataPlaneConfig limits = t.limits();
+  const std::string data_host = t.data_address().empty() ? listen_host : t.data_address();
+  spdlog::info(
+      "switch listening: control {}:{} (gRPC), data on the {} data plane at {}:{}; pool {} slots "
+      "of {} elements, up to {} workers per job{}{}",
+      listen_host, impl->control_port, t.name(), data_host, PortList(t.data_ports()),
+      limits.pool_slots, limits.max_elements_per_packet, limits.max_workers,
+      t.description().empty() ? "" : "; transport " + config.transport + ": ", t.description());
+  return std::make_unique<SwitchServer>(std::move(impl));
+}
+
+Status SwitchServerImpl::ServeControl(const std::string& listen) {
+  grpc::ServerBuilder builder;
+  int selected = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &selected);
-  builder.RegisterService(impl->service.get());
+  builder.RegisterService(service.get());
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
   // start, and jobs would split between the two and hang. A busy port must
   // fail here instead.
@@ -216,38 +238,16 @@ StatusOr<std::unique_ptr<SwitchServer>> SwitchServer::Impl::Serve(
   // data, two strikes) would answer with GOAWAY "too_many_pings" once a
   // job waits a few seconds, e.g. for a late rank.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || selected == 0) {
+  server = builder.BuildAndStart();
+  if (server == nullptr || selected == 0) {
     return InvalidArgument("cannot listen for control connections on " + listen +
                            " (port in use? pick another with --control-port)");
   }
-  impl->control_port = uint16_t(selected);
-  if (upstream_raw != nullptr) {
-    upstream_raw->SetControlPort(impl->control_port);
-    spdlog::info("a rack switch: every job's joins go to the {}", upstream_raw->name());
-  }
-  if (!config.metrics_address.empty()) {
-    if (Status s = impl->ServeMetrics(config.metrics_address); !s.ok()) return s;
-  }
-  const std::string listen_host = listen.substr(0, listen.rfind(':'));
-  if (software == nullptr) {
-    spdlog::info("switch control listening on {}:{} (gRPC); jobs run on the {} data plane at {}:{}",
-                 listen_host, impl->control_port, impl->target->name(),
-                 impl->target->data_address(), PortList(impl->target->data_ports()));
-  } else {
-    software->Start();
-    const DataPlaneConfig limits = software->limits();
-    spdlog::info(
-        "switch listening: control {}:{} (gRPC), data {}:{} ({}); pool {} slots of {} "
-        "elements, up to {} workers per job; offload: {}",
-        listen_host, impl->control_port, listen_host, PortList(software->data_ports()),
-        config.transport, limits.pool_slots, limits.max_elements_per_packet, limits.max_workers,
-        software->offload());
-  }
-  return std::unique_ptr<SwitchServer>(new SwitchServer(std::move(impl)));
+  control_port = uint16_t(selected);
+  return Status::Ok();
 }
 
-SwitchServer::SwitchServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SwitchServer::SwitchServer(std::unique_ptr<SwitchServerImpl> impl) : impl_(std::move(impl)) {}
 
 SwitchServer::~SwitchServer() { Stop(); }
 
@@ -257,7 +257,7 @@ void SwitchServer::Stop() {
     impl_->service->EndAll("the switch is shutting down");
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     impl_->server->Wait();
-    if (impl_->software != nullptr) impl_->software->Stop();
+    impl_->target->Stop();
     spdlog::info("switch stopped");
   });
 }
@@ -268,9 +268,7 @@ uint16_t SwitchServer::data_port() const { return impl_->target->data_ports()[0]
 std::vector<uint16_t> SwitchServer::data_ports() const { return impl_->target->data_ports(); }
 
 std::vector<uint16_t> SwitchServer::result_ports() const {
-  return impl_->software != nullptr && impl_->config.result_multicast
-             ? impl_->software->result_ports()
-             : std::vector<uint16_t>{};
+  return impl_->config.result_multicast ? impl_->target->result_ports() : std::vector<uint16_t>{};
 }
 
 std::string SwitchServer::PrometheusText() {

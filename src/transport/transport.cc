@@ -53,6 +53,11 @@ StatusOr<std::shared_ptr<Transport>> MakeTransport(const std::string& name,
   return InvalidArgument("unknown transport '" + name.substr(0, 64) + "'; use one of: " + known);
 }
 
+size_t MostDatagramsPerReceive(const EndpointOptions& o) {
+  const size_t coalesced = o.udp.offload ? udp::CoalescedBuffers(o) * kMaxCoalescedDatagrams : 0;
+  return std::max(o.receive_batch, coalesced);
+}
+
 std::vector<pollfd> WaitDescriptors(int first, std::initializer_list<const Endpoint*> endpoints) {
   std::vector<pollfd> fds{{first, POLLIN, 0}};
   for (const Endpoint* e : endpoints) {
@@ -73,6 +78,14 @@ bool PolledEndpoints::Ready() {
     if (e->Ready()) return true;
   }
   return false;
+}
+
+Status CheckElementsPerPacket(const std::string& name, uint32_t elements, const std::string& field,
+                              const std::string& hint) {
+  if (name != "af_xdp" || elements <= kMaxAfXdpElementsPerPacket) return Status::Ok();
+  return InvalidArgument(field + "=" + std::to_string(elements) +
+                         " does not fit the af_xdp transport's 4 KiB frames; use at most " +
+                         std::to_string(kMaxAfXdpElementsPerPacket) + hint);
 }
 
 Status CheckTransportName(const std::string& name, const std::string& field) {

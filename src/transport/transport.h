@@ -139,7 +139,9 @@ class Endpoint {
   // How this endpoint moves datagrams, for logs. udp: its offloads,
   // "segmentation and coalescing", "coalescing only", "segmentation only" or
   // "off"; af_xdp and dpdk: the mode and the queues.
-  virtual std::string offload() const = 0;
+  virtual std::string description() const = 0;
+  // The most datagrams one Receive() returns, with the options in effect.
+  virtual size_t receive_capacity() const = 0;
 
   // ---- send path (no allocation, no exceptions)
   // A buffer of max_datagram_bytes for the next datagram, to write in place;
@@ -163,6 +165,11 @@ class Endpoint {
 
   virtual EndpointCounters counters() const = 0;
 };
+
+// The most datagrams one Receive() of an endpoint opened with `options` can
+// return, whatever the transport (with UDP coalescing, a batch of
+// super-datagrams holds many).
+size_t MostDatagramsPerReceive(const EndpointOptions& options);
 
 // How a thread waits on its endpoints (setup path builds both):
 // WaitDescriptors: `first` (its command queue's descriptor), then every
@@ -227,6 +234,15 @@ struct TransportOptions {
   AfXdpOptions af_xdp;
   DpdkOptions dpdk;
 };
+
+// The largest elements per packet the af_xdp transport carries (one packet
+// per 4 KiB frame).
+inline constexpr uint16_t kMaxAfXdpElementsPerPacket = 512;
+// OK if packets of `elements` fit the transport called `name` (af_xdp: at most
+// kMaxAfXdpElementsPerPacket); else an error naming `field` and, after the
+// limit, `hint`.
+Status CheckElementsPerPacket(const std::string& name, uint32_t elements, const std::string& field,
+                              const std::string& hint);
 
 // The transports a configuration may name ("udp", "af_xdp" where the build
 // has libxdp, "dpdk" where it has DPDK).

@@ -148,7 +148,7 @@ std::unique_ptr<Bmv2Harness> Bmv2Harness::Start(std::string* error) {
         {SWITCHML_BMV2_PYTHON, SWITCHML_SIMPLE_SWITCH_CLI, "--thrift-port", "9090"},
         std::chrono::seconds(20));
     if (cli.ok()) {
-      auto plane = bmv2::Bmv2DataPlane::Create(config, hosts.value(), std::move(cli).value());
+      auto plane = bmv2::Bmv2Target::Create(config, hosts.value(), std::move(cli).value());
       if (!plane.ok()) {
         *error = plane.status().ToString();
         return nullptr;

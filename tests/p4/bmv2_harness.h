@@ -1,6 +1,6 @@
 // A BMv2 simple_switch running p4/v1model/switchml.p4 in a network namespace
 // of its own, with four hosts' links (veth pairs) that a test drives with raw
-// Ethernet frames, and the switchml driver (Bmv2DataPlane) programming it.
+// Ethernet frames, and the switchml driver (Bmv2Target) programming it.
 //
 // Needs root (namespaces, raw sockets) and the toolchain found by CMake
 // (p4/CMakeLists.txt); Available() says why not, and the tests skip.
@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "switch/bmv2/bmv2_data_plane.h"
+#include "switch/bmv2/bmv2_target.h"
 #include "wire/wire_format.h"
 
 namespace switchml::p4test {
 
 inline constexpr int kHosts = 4;
 inline constexpr uint16_t kK = 64;  // SWITCHML_K of the compiled program
-inline constexpr uint16_t kSwitchPort = bmv2::Bmv2DataPlane::kUdpPort;  // SWITCHML_UDP_PORT_BASE
+inline constexpr uint16_t kSwitchPort = bmv2::Bmv2Target::kUdpPort;  // SWITCHML_UDP_PORT_BASE
 
 struct Endpoint {
   std::array<uint8_t, 6> mac{};
@@ -53,7 +53,7 @@ class Bmv2Harness {
   static Endpoint Host(int i, uint16_t port_offset = 0);
   static Endpoint SwitchEndpoint(uint16_t port = kSwitchPort);
 
-  bmv2::Bmv2DataPlane& plane() { return *plane_; }
+  bmv2::Bmv2Target& plane() { return *plane_; }
 
   // Sends a frame out of host i's link into switch port i.
   void SendRaw(int host, const std::vector<uint8_t>& frame);
@@ -77,7 +77,7 @@ class Bmv2Harness {
   int original_ns_ = -1;
   pid_t switch_pid_ = -1;
   std::array<int, kHosts> sockets_{-1, -1, -1, -1};
-  std::unique_ptr<bmv2::Bmv2DataPlane> plane_;
+  std::unique_ptr<bmv2::Bmv2Target> plane_;
 };
 
 // A switchml UDP payload: header + words.

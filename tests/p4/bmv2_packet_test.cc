@@ -228,8 +228,8 @@ TEST_F(Bmv2Scenario, RetransmissionsBeforeCompletionAreNotCounted) {
   ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
 }
 
-// Issue 14.1: a copy of rank 0's packet with the version bit flipped is
-// dropped while the other version still aggregates, so rank 0 never counts twice.
+// The version conflict (docs/design.md §2): a copy of rank 0's packet with the version bit flipped
+// is dropped while the other version still aggregates, so rank 0 never counts twice.
 TEST_F(Bmv2Scenario, FlippedVersionCopyIsDroppedAsAVersionConflict) {
   const JobId job = Install(2);
   const auto before = Counters();

@@ -95,6 +95,7 @@ class DpdkEndpoint final : public Endpoint {
   }
 
   std::vector<int> wait_fds() const override { return {}; }
+  size_t receive_capacity() const override { return datagrams_.size(); }
 
   bool Ready() override {
     if (stash_count_ != 0 || rte_ring_count(hand_off_) != 0) return true;
@@ -118,7 +119,7 @@ class DpdkEndpoint final : public Endpoint {
     scratch_.resize(options_.max_datagram_bytes);
   }
 
-  std::string offload() const override {
+  std::string description() const override {
     return "dpdk " + port_->name() + ", queue " + std::to_string(shard_);
   }
 

@@ -111,7 +111,8 @@ class SimFabric::SimEndpoint final : public Endpoint {
   }
   Status SetHostLocalMulticast() override { return Status::Ok(); }  // the fabric is one host
   std::vector<int> wait_fds() const override { return {queue_.fd()}; }
-  std::string offload() const override { return "off"; }
+  size_t receive_capacity() const override { return received_.size(); }
+  std::string description() const override { return "off"; }
 
   std::span<uint8_t> Claim() override {
     if (count_ == pending_.size()) Flush();

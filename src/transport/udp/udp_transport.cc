@@ -35,7 +35,8 @@ class UdpEndpoint final : public Endpoint {
   Status Connect(const Address& peer) override { return socket_.Connect(peer); }
   Status SetHostLocalMulticast() override { return socket_.SetHostLocalMulticast(); }
   std::vector<int> wait_fds() const override { return {socket_.fd()}; }
-  std::string offload() const override {
+  size_t receive_capacity() const override { return received_.size(); }
+  std::string description() const override {
     if (coalescing_ && send_.segmentation()) return "segmentation and coalescing";
     if (coalescing_) return "coalescing only";
     if (send_.segmentation()) return "segmentation only";
@@ -67,11 +68,6 @@ class UdpEndpoint final : public Endpoint {
   }
 
  private:
-  static size_t CoalescedBuffers(const EndpointOptions& o) {
-    return o.udp.coalesced_buffers ? o.udp.coalesced_buffers
-                                   : std::max<size_t>(1, o.receive_batch / 8);
-  }
-
   UdpSocket socket_;
   bool coalescing_ = false;
   RecvBatch recv_{1, 1};
@@ -81,6 +77,11 @@ class UdpEndpoint final : public Endpoint {
 };
 
 }  // namespace
+
+size_t CoalescedBuffers(const EndpointOptions& o) {
+  return o.udp.coalesced_buffers ? o.udp.coalesced_buffers
+                                 : std::max<size_t>(1, o.receive_batch / 8);
+}
 
 StatusOr<std::unique_ptr<Endpoint>> UdpTransport::Open(const Address& local,
                                                        const EndpointOptions& options) {

@@ -1,6 +1,6 @@
 // The kernel UDP transport ("udp"): one non-blocking socket per endpoint,
 // recvmmsg/sendmmsg batches, and UDP segmentation (GSO) and coalescing (GRO)
-// where the kernel has them and EndpointOptions::offload asks for them.
+// where the kernel has them and EndpointOptions::udp.offload asks for them.
 #pragma once
 
 #include <memory>
@@ -19,5 +19,9 @@ class UdpTransport final : public Transport {
   // The kernel's route: a probe socket connected to `peer`, and IP_MTU.
   StatusOr<Route> RouteToward(const Address& peer) override;
 };
+
+// The buffers for coalesced super-datagrams an endpoint opened with `options`
+// receives into per Receive() call (with coalescing on).
+size_t CoalescedBuffers(const EndpointOptions& options);
 
 }  // namespace switchml::transport::udp

@@ -334,7 +334,8 @@ class AfXdpEndpoint final : public Endpoint {
     kernel_batch_ = udp::RecvBatch(options_.receive_batch, options.max_datagram_bytes + 1);
   }
 
-  std::string offload() const override {
+  size_t receive_capacity() const override { return datagrams_.size(); }
+  std::string description() const override {
     std::string queues;
     for (const auto& q : queues_) queues += (queues.empty() ? "" : ",") + std::to_string(q->id);
     return std::string(zero_copy_ ? "af_xdp zero-copy" : "af_xdp copy") +

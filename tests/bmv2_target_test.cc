@@ -2,7 +2,7 @@
 // commands a job turns into, that removal undoes all of them, and that what
 // the target cannot serve is refused with the fix in the message. (The same
 // driver against a real simple_switch: tests/p4/.)
-#include "switch/bmv2/bmv2_data_plane.h"
+#include "switch/bmv2/bmv2_target.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -73,20 +73,20 @@ sockaddr_in Address(const char* ip, uint16_t port) {
 struct Fixture {
   std::vector<std::string> log;
   ScriptedCli* cli = nullptr;
-  std::unique_ptr<Bmv2DataPlane> plane;
+  std::unique_ptr<Bmv2Target> plane;
 
   Fixture() {
     auto hosts = ParseHosts(kHosts, "hosts.toml");
     EXPECT_TRUE(hosts.ok()) << hosts.status().ToString();
     auto owned = std::make_unique<ScriptedCli>(&log);
     cli = owned.get();
-    auto created = Bmv2DataPlane::Create(TestConfig(), hosts.value(), std::move(owned));
+    auto created = Bmv2Target::Create(TestConfig(), hosts.value(), std::move(owned));
     EXPECT_TRUE(created.ok()) << created.status().ToString();
     plane = std::move(created).value();
   }
 };
 
-TEST(Bmv2DataPlane, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding) {
+TEST(Bmv2Target, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding) {
   Fixture f;
   const std::vector<std::string> expected = {
       "reset_state",
@@ -107,10 +107,10 @@ TEST(Bmv2DataPlane, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding
   };
   EXPECT_EQ(f.log, expected);
   EXPECT_EQ(f.plane->data_address(), "10.9.0.254");
-  EXPECT_EQ(f.plane->data_ports(), std::vector<uint16_t>{Bmv2DataPlane::kUdpPort});
+  EXPECT_EQ(f.plane->data_ports(), std::vector<uint16_t>{Bmv2Target::kUdpPort});
 }
 
-TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemAll) {
+TEST(Bmv2Target, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemAll) {
   Fixture f;
   f.log.clear();
   JobAssignment job{JobId(77), 2, 64, 8, 16};
@@ -180,7 +180,7 @@ TEST(Bmv2DataPlane, InstallsJobSendersGroupsAndReplicasPerThreadThenRemovesThemA
   EXPECT_NE(f.log[3].find("SwitchmlEgress.to_worker 1 =>"), std::string::npos) << f.log[3];
 }
 
-TEST(Bmv2DataPlane, AFailedInstallUndoesWhatItAdded) {
+TEST(Bmv2Target, AFailedInstallUndoesWhatItAdded) {
   Fixture f;
   f.log.clear();
   f.cli->fail_on = "mc_node_create";
@@ -196,7 +196,7 @@ TEST(Bmv2DataPlane, AFailedInstallUndoesWhatItAdded) {
   EXPECT_EQ(tail, expected);
 }
 
-TEST(Bmv2DataPlane, RefusesJobsTheProgramCannotServe) {
+TEST(Bmv2Target, RefusesJobsTheProgramCannotServe) {
   Fixture f;
   ParsedJoin join;
   join.request.world_size = 4;
@@ -220,7 +220,7 @@ TEST(Bmv2DataPlane, RefusesJobsTheProgramCannotServe) {
             std::string::npos);
 }
 
-TEST(Bmv2DataPlane, ReadsCountersByDropReasonName) {
+TEST(Bmv2Target, ReadsCountersByDropReasonName) {
   Fixture f;
   auto counters = f.plane->Counters({JobId(1)});
   ASSERT_TRUE(counters.ok());

@@ -37,12 +37,12 @@ struct Host {
 StatusOr<std::vector<Host>> LoadHosts(const std::string& path);
 StatusOr<std::vector<Host>> ParseHosts(const std::string& toml_text, const std::string& origin);
 
-class Bmv2DataPlane final : public DataPlaneTarget {
+class Bmv2Target final : public DataPlaneTarget {
  public:
   // Resets the switch behind `cli` and installs the fixed entries.
-  static StatusOr<std::unique_ptr<Bmv2DataPlane>> Create(const Bmv2Config& config,
-                                                         std::vector<Host> hosts,
-                                                         std::unique_ptr<CommandRunner> cli);
+  static StatusOr<std::unique_ptr<Bmv2Target>> Create(const Bmv2Config& config,
+                                                      std::vector<Host> hosts,
+                                                      std::unique_ptr<CommandRunner> cli);
 
   std::string name() const override { return "bmv2"; }
   // The program's pool and packet size, its largest world size and job table.
@@ -73,8 +73,7 @@ class Bmv2DataPlane final : public DataPlaneTarget {
     std::vector<uint32_t> nodes;
     std::vector<uint16_t> replica_ids;
   };
-  Bmv2DataPlane(const Bmv2Config& config, std::vector<Host> hosts,
-                std::unique_ptr<CommandRunner> cli);
+  Bmv2Target(const Bmv2Config& config, std::vector<Host> hosts, std::unique_ptr<CommandRunner> cli);
   Status Setup();
   const Host* FindHost(in_addr ip) const;
   StatusOr<uint32_t> AddEntry(const std::string& table, const std::string& action,
@@ -93,7 +92,7 @@ class Bmv2DataPlane final : public DataPlaneTarget {
 // Checks everything in `config` that can be checked without the switch.
 Status Validate(const Bmv2Config& config);
 // Validate()s, loads the hosts file, starts the runtime CLI and Create()s.
-StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config);
+StatusOr<std::unique_ptr<Bmv2Target>> ConnectBmv2(const Bmv2Config& config);
 
 // Parses the handle out of "... added with handle 7" / "... with handle 7".
 StatusOr<uint32_t> ParseHandle(const std::string& answer);

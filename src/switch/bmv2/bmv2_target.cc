@@ -1,4 +1,4 @@
-#include "switch/bmv2/bmv2_data_plane.h"
+#include "switch/bmv2/bmv2_target.h"
 
 #include <arpa/inet.h>
 #include <spdlog/spdlog.h>
@@ -144,7 +144,7 @@ Status Validate(const Bmv2Config& config) {
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config) {
+StatusOr<std::unique_ptr<Bmv2Target>> ConnectBmv2(const Bmv2Config& config) {
   if (Status s = Validate(config); !s.ok()) return s;
   auto hosts = LoadHosts(config.hosts_file);
   if (!hosts.ok()) return hosts.status();
@@ -153,29 +153,29 @@ StatusOr<std::unique_ptr<Bmv2DataPlane>> ConnectBmv2(const Bmv2Config& config) {
   argv.push_back(std::to_string(config.thrift_port));
   auto cli = RuntimeCli::Start(argv, std::chrono::seconds(20));
   if (!cli.ok()) return cli.status();
-  return Bmv2DataPlane::Create(config, std::move(hosts).value(), std::move(cli).value());
+  return Bmv2Target::Create(config, std::move(hosts).value(), std::move(cli).value());
 }
 
-StatusOr<std::unique_ptr<Bmv2DataPlane>> Bmv2DataPlane::Create(const Bmv2Config& config,
-                                                               std::vector<Host> hosts,
-                                                               std::unique_ptr<CommandRunner> cli) {
+StatusOr<std::unique_ptr<Bmv2Target>> Bmv2Target::Create(const Bmv2Config& config,
+                                                         std::vector<Host> hosts,
+                                                         std::unique_ptr<CommandRunner> cli) {
   if (Status s = Validate(config); !s.ok()) return s;
-  std::unique_ptr<Bmv2DataPlane> plane(new Bmv2DataPlane(config, std::move(hosts), std::move(cli)));
+  std::unique_ptr<Bmv2Target> plane(new Bmv2Target(config, std::move(hosts), std::move(cli)));
   if (Status s = plane->Setup(); !s.ok()) return s;
   return plane;
 }
 
-Bmv2DataPlane::Bmv2DataPlane(const Bmv2Config& config, std::vector<Host> hosts,
-                             std::unique_ptr<CommandRunner> cli)
+Bmv2Target::Bmv2Target(const Bmv2Config& config, std::vector<Host> hosts,
+                       std::unique_ptr<CommandRunner> cli)
     : config_(config),
       hosts_(std::move(hosts)),
       cli_(std::move(cli)),
       group_used_(65536, false),
       replica_used_(65536, false) {}
 
-std::string Bmv2DataPlane::data_address() const { return config_.switch_ip; }
+std::string Bmv2Target::data_address() const { return config_.switch_ip; }
 
-DataPlaneConfig Bmv2DataPlane::limits() const {
+DataPlaneConfig Bmv2Target::limits() const {
   DataPlaneConfig limits;
   limits.pool_slots = config_.pool_slots;
   limits.max_elements_per_packet = config_.elements_per_packet;
@@ -184,9 +184,9 @@ DataPlaneConfig Bmv2DataPlane::limits() const {
   return limits;
 }
 
-StatusOr<uint32_t> Bmv2DataPlane::AddEntry(const std::string& table, const std::string& action,
-                                           const std::string& keys, const std::string& params,
-                                           Installed* installed) {
+StatusOr<uint32_t> Bmv2Target::AddEntry(const std::string& table, const std::string& action,
+                                        const std::string& keys, const std::string& params,
+                                        Installed* installed) {
   auto answer = cli_->Run("table_add " + table + " " + action + " " + keys + " => " + params);
   if (!answer.ok()) return answer.status();
   auto handle = ParseHandle(answer.value());
@@ -194,7 +194,7 @@ StatusOr<uint32_t> Bmv2DataPlane::AddEntry(const std::string& table, const std::
   return handle;
 }
 
-Status Bmv2DataPlane::Setup() {
+Status Bmv2Target::Setup() {
   // This daemon owns the switch: nothing of an earlier run may linger.
   if (auto r = cli_->Run("reset_state"); !r.ok()) return r.status();
   const std::string mac = config_.switch_mac;
@@ -239,7 +239,7 @@ Status Bmv2DataPlane::Setup() {
   return Status::Ok();
 }
 
-Status Bmv2DataPlane::CheckJoin(const ParsedJoin& join) const {
+Status Bmv2Target::CheckJoin(const ParsedJoin& join) const {
   const JobRequest& r = join.request;
   if (r.elements_per_packet != config_.elements_per_packet) {
     return InvalidArgument(
@@ -267,14 +267,14 @@ Status Bmv2DataPlane::CheckJoin(const ParsedJoin& join) const {
   return Status::Ok();
 }
 
-const Host* Bmv2DataPlane::FindHost(in_addr ip) const {
+const Host* Bmv2Target::FindHost(in_addr ip) const {
   for (const Host& h : hosts_) {
     if (h.ip.s_addr == ip.s_addr) return &h;
   }
   return nullptr;
 }
 
-Status Bmv2DataPlane::Install(const JobInstall& install) {
+Status Bmv2Target::Install(const JobInstall& install) {
   if (install.upstream || !install.local_ranks.empty()) {
     return FailedPrecondition(
         "the bmv2 program aggregates one level only: it does not forward to an upstream switch "
@@ -340,7 +340,7 @@ Status Bmv2DataPlane::Install(const JobInstall& install) {
   return Status::Ok();
 }
 
-void Bmv2DataPlane::Undo(Installed& installed) {
+void Bmv2Target::Undo(Installed& installed) {
   // Best effort: a command that fails here leaves an entry no packet can use
   // (its job id is never reused).
   // Nodes first: BMv2 dissociates a node it destroys from its group, but
@@ -366,14 +366,14 @@ void Bmv2DataPlane::Undo(Installed& installed) {
   installed = Installed{};
 }
 
-void Bmv2DataPlane::Remove(JobId id) {
+void Bmv2Target::Remove(JobId id) {
   const auto it = jobs_.find(id.value());
   if (it == jobs_.end()) return;
   Undo(it->second);
   jobs_.erase(it);
 }
 
-StatusOr<TargetCounters> Bmv2DataPlane::Counters(const std::vector<JobId>&) {
+StatusOr<TargetCounters> Bmv2Target::Counters(const std::vector<JobId>&) {
   TargetCounters counters;
   DataPlaneCounters& c = counters.total;
   auto read = [&](const char* counter, int index) -> StatusOr<uint64_t> {
