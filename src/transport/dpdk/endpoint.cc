@@ -126,6 +126,7 @@ class DpdkEndpoint final : public Endpoint {
   std::span<uint8_t> Claim() override {
     if (queued_ >= options_.send_queue) Flush();
     const size_t room = std::min(options_.max_datagram_bytes, MaxPayload());
+    if (claimed_ != nullptr) rte_pktmbuf_free(claimed_);  // claimed and never committed
     claimed_ = rte_pktmbuf_alloc(port_->pool());
     if (claimed_ == nullptr) return {scratch_.data(), room};  // Commit() counts the drop
     return {rte_pktmbuf_mtod(claimed_, uint8_t*) + kHeaderBytes, room};
