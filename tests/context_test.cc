@@ -161,7 +161,10 @@ TEST(ContextSizing, PacketSizeFromThePathAndTheSwitchAndAFixedWindow) {
     EXPECT_EQ(contexts[r]->config().elements_per_packet, 1024u);
     EXPECT_TRUE(contexts[r]->AllReduce(in[r].data(), out[r].data(), n, DType::kInt32).ok());
     EXPECT_EQ(contexts[r]->counters().window, 6u);
-    EXPECT_GT(contexts[r]->counters().min_rtt_us, 0.0);
+    // Round trips are sampled from packets sent once (Karn): on a loaded
+    // machine every packet of a rank this short may have been resent.
+    const ContextCounters c = contexts[r]->counters();
+    EXPECT_TRUE(c.min_rtt_us > 0.0 || c.retransmissions > 0) << c.min_rtt_us;
   });
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[1][i], int32_t(4 * i)) << i;
   EXPECT_EQ(out[0], out[1]);
