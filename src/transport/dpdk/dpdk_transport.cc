@@ -43,22 +43,29 @@ StatusOr<std::shared_ptr<Port>> DpdkTransport::FindPort() {
   return port_;
 }
 
+StatusOr<std::optional<in_addr>> DpdkTransport::ConfiguredAddress() const {
+  if (options_.address.empty()) return std::optional<in_addr>();
+  auto address = net::ParseAddress(options_.address, 0);
+  if (!address.ok()) return address.status();
+  return std::optional<in_addr>(address.value().sin_addr);
+}
+
 StatusOr<std::unique_ptr<Endpoint>> DpdkTransport::Open(const Address& requested,
                                                         const EndpointOptions& options) {
   auto port = FindPort();
   if (!port.ok()) return port.status();
   Address local = requested;
   local.sin_family = AF_INET;
-  if (!options_.address.empty()) {
-    auto address = net::ParseAddress(options_.address, 0);
-    if (!address.ok()) return address.status();
+  auto configured = ConfiguredAddress();
+  if (!configured.ok()) return configured.status();
+  if (configured.value()) {
     if (local.sin_addr.s_addr != INADDR_ANY &&
-        local.sin_addr.s_addr != address.value().sin_addr.s_addr) {
+        local.sin_addr.s_addr != configured.value()->s_addr) {
       return InvalidArgument("dpdk: cannot open " + net::FormatAddress(requested) + " on " +
                              PortText(port.value()->name()) + ", whose address is " +
                              options_.address);
     }
-    local.sin_addr = address.value().sin_addr;
+    local.sin_addr = *configured.value();
   }
   if (local.sin_addr.s_addr == INADDR_ANY) {
     return InvalidArgument(
@@ -96,10 +103,10 @@ StatusOr<Route> DpdkTransport::RouteToward(const Address& peer) {
   auto port = FindPort();
   if (!port.ok()) return port.status();
   Route route;
-  if (!options_.address.empty()) {
-    auto address = net::ParseAddress(options_.address, 0);
-    if (!address.ok()) return address.status();
-    route.local = address.value().sin_addr;
+  auto configured = ConfiguredAddress();
+  if (!configured.ok()) return configured.status();
+  if (configured.value()) {
+    route.local = *configured.value();
   } else {
     auto kernel = udp::UdpTransport().RouteToward(peer);
     if (!kernel.ok()) return kernel.status();

@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "transport/transport.h"
@@ -50,6 +51,8 @@ class DpdkTransport final : public Transport {
 
  private:
   StatusOr<std::shared_ptr<Port>> FindPort();
+  // DpdkOptions::address, parsed; nullopt when it is empty.
+  StatusOr<std::optional<in_addr>> ConfiguredAddress() const;
 
   DpdkOptions options_;
   std::mutex mu_;

@@ -10,12 +10,6 @@ constexpr uint16_t kHardwareEthernet = 1;
 constexpr uint16_t kProtocolIpv4 = 0x0800;
 constexpr size_t kArpBodyBytes = 28;
 
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
-uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-
 }  // namespace
 
 void WriteArp(std::span<uint8_t> frame, const ArpMessage& m, const Mac& dest_mac) {

@@ -10,12 +10,6 @@ namespace {
 constexpr uint16_t kEtherTypeIpv4 = 0x0800;
 constexpr uint8_t kProtocolUdp = 17;
 
-void Put16(uint8_t* p, uint16_t v) {
-  p[0] = uint8_t(v >> 8);
-  p[1] = uint8_t(v);
-}
-uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
-
 uint32_t Sum16(std::span<const uint8_t> bytes, uint32_t sum) {
   size_t i = 0;
   for (; i + 1 < bytes.size(); i += 2) sum += Get16(&bytes[i]);

@@ -16,6 +16,13 @@ namespace switchml::transport::ethernet {
 
 using Mac = std::array<uint8_t, 6>;
 
+// A 16-bit header field in network byte order, written and read.
+inline void Put16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
+inline uint16_t Get16(const uint8_t* p) { return uint16_t(p[0] << 8 | p[1]); }
+
 // Ethernet (14) + IPv4 without options (20) + UDP (8).
 inline constexpr size_t kHeaderBytes = 42;
 
