@@ -128,72 +128,101 @@ Status UnknownField(const std::string& name) {
 
 }  // namespace
 
-Status ContextConfig::Validate() const {
+namespace {
+
+// Every number within its field's range.
+Status CheckRanges(const ContextConfig& c) {
   for (const Field& f : kFields) {
     if (f.number == nullptr) continue;
-    const uint32_t v = this->*f.number;
+    const uint32_t v = c.*f.number;
     if (v < f.min || v > f.max) {
       return InvalidArgument(std::string(f.name) + "=" + std::to_string(v) + " is out of range " +
                              std::to_string(f.min) + ".." + std::to_string(f.max) + " (" + f.help +
                              ")");
     }
   }
-  if (switch_address.empty()) return InvalidArgument("switch_address must not be empty");
-  if (Status s = CheckSwitchHosts(switch_address); !s.ok()) return s;
-  const std::vector<std::string> hosts = SplitSwitchHosts(switch_address);
-  if (threads < hosts.size()) {
-    return InvalidArgument("threads=" + std::to_string(threads) + " is fewer than the " +
+  return Status::Ok();
+}
+
+// The switch's hosts, the job, the transport, the key and the rank.
+Status CheckPeers(const ContextConfig& c) {
+  if (c.switch_address.empty()) return InvalidArgument("switch_address must not be empty");
+  if (Status s = CheckSwitchHosts(c.switch_address); !s.ok()) return s;
+  const std::vector<std::string> hosts = SplitSwitchHosts(c.switch_address);
+  if (c.threads < hosts.size()) {
+    return InvalidArgument("threads=" + std::to_string(c.threads) + " is fewer than the " +
                            std::to_string(hosts.size()) +
                            " switch hosts in switch_address: every host needs an I/O thread of "
                            "its own; set threads to " +
                            std::to_string(hosts.size()) + " or more");
   }
-  if (job_name.empty()) return InvalidArgument("job_name must not be empty");
-  if (Status s = transport::CheckTransportName(transport, "transport"); !s.ok()) return s;
-  if (Status s = transport::CheckElementsPerPacket(transport, elements_per_packet,
+  if (c.job_name.empty()) return InvalidArgument("job_name must not be empty");
+  if (Status s = transport::CheckTransportName(c.transport, "transport"); !s.ok()) return s;
+  if (!c.auth_key.empty()) {
+    if (Status s = net::ParseAuthKey(c.auth_key).status(); !s.ok()) return s;
+  }
+  if (c.rank >= c.world_size) {
+    return InvalidArgument("rank=" + std::to_string(c.rank) +
+                           " must be less than world_size=" + std::to_string(c.world_size));
+  }
+  return Status::Ok();
+}
+
+// Packet size, window, threads and pool against each other.
+Status CheckPacketsAndSlots(const ContextConfig& c) {
+  if (Status s = transport::CheckElementsPerPacket(c.transport, c.elements_per_packet,
                                                    "elements_per_packet", " (or 0: chosen)");
       !s.ok()) {
     return s;
   }
-  if (!auth_key.empty()) {
-    if (Status s = net::ParseAuthKey(auth_key).status(); !s.ok()) return s;
-  }
-  if (rank >= world_size) {
-    return InvalidArgument("rank=" + std::to_string(rank) +
-                           " must be less than world_size=" + std::to_string(world_size));
-  }
-  if (elements_per_packet != 0 && elements_per_packet < kMinElementsPerPacket) {
-    return InvalidArgument("elements_per_packet=" + std::to_string(elements_per_packet) +
+  if (c.elements_per_packet != 0 && c.elements_per_packet < kMinElementsPerPacket) {
+    return InvalidArgument("elements_per_packet=" + std::to_string(c.elements_per_packet) +
                            " is out of range " + std::to_string(kMinElementsPerPacket) + ".." +
                            std::to_string(kMaxElementsPerPacket) + " (or 0 to fit the path MTU)");
   }
-  if (window_slots > pool_slots) {
-    return InvalidArgument("window_slots=" + std::to_string(window_slots) + " exceeds pool_slots=" +
-                           std::to_string(pool_slots) + "; raise pool_slots or use 0 (measured)");
+  if (c.window_slots > c.pool_slots) {
+    return InvalidArgument("window_slots=" + std::to_string(c.window_slots) +
+                           " exceeds pool_slots=" + std::to_string(c.pool_slots) +
+                           "; raise pool_slots or use 0 (measured)");
   }
-  if (window_slots != 0 && window_slots < threads) {
-    return InvalidArgument("window_slots=" + std::to_string(window_slots) +
-                           " is less than threads=" + std::to_string(threads) +
+  if (c.window_slots != 0 && c.window_slots < c.threads) {
+    return InvalidArgument("window_slots=" + std::to_string(c.window_slots) +
+                           " is less than threads=" + std::to_string(c.threads) +
                            "; every thread needs a packet in flight");
   }
-  if (threads > pool_slots) {
-    return InvalidArgument("threads=" + std::to_string(threads) + " exceeds pool_slots=" +
-                           std::to_string(pool_slots) + "; every thread needs a slot");
+  if (c.threads > c.pool_slots) {
+    return InvalidArgument("threads=" + std::to_string(c.threads) + " exceeds pool_slots=" +
+                           std::to_string(c.pool_slots) + "; every thread needs a slot");
   }
-  if (retransmit_timeout_us > max_retransmit_timeout_us) {
+  return Status::Ok();
+}
+
+// The timeouts in the order they nest.
+Status CheckTimeouts(const ContextConfig& c) {
+  if (c.retransmit_timeout_us > c.max_retransmit_timeout_us) {
     return InvalidArgument(
-        "retransmit_timeout_us=" + std::to_string(retransmit_timeout_us) +
-        " exceeds max_retransmit_timeout_us=" + std::to_string(max_retransmit_timeout_us));
+        "retransmit_timeout_us=" + std::to_string(c.retransmit_timeout_us) +
+        " exceeds max_retransmit_timeout_us=" + std::to_string(c.max_retransmit_timeout_us));
   }
-  if (min_retransmit_timeout_us > max_retransmit_timeout_us) {
+  if (c.min_retransmit_timeout_us > c.max_retransmit_timeout_us) {
     return InvalidArgument(
-        "min_retransmit_timeout_us=" + std::to_string(min_retransmit_timeout_us) +
-        " exceeds max_retransmit_timeout_us=" + std::to_string(max_retransmit_timeout_us));
+        "min_retransmit_timeout_us=" + std::to_string(c.min_retransmit_timeout_us) +
+        " exceeds max_retransmit_timeout_us=" + std::to_string(c.max_retransmit_timeout_us));
   }
-  if (uint64_t(failure_timeout_ms) * 1000 <= max_retransmit_timeout_us) {
-    return InvalidArgument("failure_timeout_ms=" + std::to_string(failure_timeout_ms) +
+  if (uint64_t(c.failure_timeout_ms) * 1000 <= c.max_retransmit_timeout_us) {
+    return InvalidArgument("failure_timeout_ms=" + std::to_string(c.failure_timeout_ms) +
                            " must exceed max_retransmit_timeout_us=" +
-                           std::to_string(max_retransmit_timeout_us) + " (in milliseconds)");
+                           std::to_string(c.max_retransmit_timeout_us) + " (in milliseconds)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ContextConfig::Validate() const {
+  for (Status (*check)(const ContextConfig&) :
+       {CheckRanges, CheckPeers, CheckPacketsAndSlots, CheckTimeouts}) {
+    if (Status s = check(*this); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -1,5 +1,6 @@
 #include "transport/transport.h"
 
+#include "transport/udp/udp_socket.h"
 #include "transport/udp/udp_transport.h"
 #ifdef SWITCHML_HAVE_AF_XDP
 #include "transport/xdp/af_xdp_transport.h"
@@ -54,7 +55,7 @@ StatusOr<std::shared_ptr<Transport>> MakeTransport(const std::string& name,
 }
 
 size_t MostDatagramsPerReceive(const EndpointOptions& o) {
-  const size_t coalesced = o.udp.offload ? udp::CoalescedBuffers(o) * kMaxCoalescedDatagrams : 0;
+  const size_t coalesced = o.udp.offload ? udp::CoalescedBuffers(o) * udp::kMaxSegments : 0;
   return std::max(o.receive_batch, coalesced);
 }
 

@@ -44,9 +44,6 @@ struct Datagram {
   const Address* source;
 };
 
-// The most datagrams one coalesced receive buffer holds (UDP GRO).
-inline constexpr size_t kMaxCoalescedDatagrams = 64;
-
 // What only kernel UDP sockets take: the UDP transport's endpoints, and the
 // kernel socket that holds an AF_XDP or DPDK endpoint's port.
 struct UdpEndpointOptions {
@@ -57,7 +54,7 @@ struct UdpEndpointOptions {
   // coalesced ones (UDP GRO).
   bool offload = true;
   // With offload, buffers for coalesced super-datagrams per Receive() call
-  // (each holds up to kMaxCoalescedDatagrams); 0: receive_batch / 8, at least 1.
+  // (each holds up to udp::kMaxSegments); 0: receive_batch / 8, at least 1.
   size_t coalesced_buffers = 0;
 };
 

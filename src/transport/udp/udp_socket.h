@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "switchml/status.h"
-#include "transport/transport.h"  // kMaxCoalescedDatagrams
 
 namespace switchml::transport::udp {
 
@@ -60,7 +59,7 @@ bool SegmentationSupported(int fd);
 bool EnableReceiveCoalescing(int fd, bool on = true);
 
 // The most segments one UDP_SEGMENT send or UDP_GRO receive carries.
-inline constexpr size_t kMaxSegments = kMaxCoalescedDatagrams;
+inline constexpr size_t kMaxSegments = 64;
 // The largest super-datagram: the IPv4 UDP payload limit.
 inline constexpr size_t kMaxSuperDatagramBytes = 65507;
 
