@@ -137,23 +137,6 @@ TEST(LossRecovery, UnderOnePercentLossEightWorkersResendAboutWhatWasLost) {
   EXPECT_GT(c.value()->data_plane().counters().nacks_sent, 0u);
 }
 
-// A worker's packets queue on its link behind the ones it sent before: the
-// window at an operation's start and, after it, the packets each result lets
-// go. Their timers count from when they leave the link. Counted from when
-// they were handed to it, the last ones timed out while still queued, at
-// every rank at once: in the third operation 7,820 resends, 7,805 of them
-// spurious, for 28 lost. (The first two measure the path; until a rate is
-// measured there is no queue to count.)
-TEST(LossRecovery, TimersCountFromWhenAPacketLeavesTheLink) {
-  const uint16_t world = 64;
-  auto c = SimCluster::Create(Options(world, Path{100, 20}, 0.0001));
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  const Counts counts = RunThree(*c.value(), world, 1024 * kK).last;
-  ASSERT_GT(counts.net.lost, 0u);
-  EXPECT_LE(counts.net.retransmissions, 3 * counts.net.lost / 2);
-  EXPECT_LE(counts.net.spurious_retransmissions, counts.net.lost);
-}
-
 // On slow links ranks drift apart by more than the old fixed 0.5 us floor of
 // the NACK delay: a packet takes 8.9 us at 1 Gbit/s. Under loss the switch
 // then NACKed nearly every slot (326,000 NACKs for 11,900 lost at 64 MiB,

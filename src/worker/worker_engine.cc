@@ -214,49 +214,46 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
   const uint64_t w = op.window;
   const uint64_t end = uint64_t(op.chunks) + w;  // every slot's last round is a data round
   const uint16_t window = Window();
-  while (in_flight_ < window && send_cursor_ < end) {
+  // Packets sent back to back leave the link one after the other: the k-th
+  // of a burst (the window at an operation's start) is on the wire k packet
+  // times later, which its timeout must allow for.
+  const double rate = sizer_.max_rate_per_second();
+  const Nanos packet_time = rate > 0 ? Nanos(int64_t(1e9 / rate)) : Nanos(0);
+  for (Nanos queued{0}; in_flight_ < window && send_cursor_ < end; queued += packet_time) {
     const auto index = uint16_t(send_cursor_ % w);
     Slot& slot = slots_[index];
     if (slot.outstanding || slot.round != send_cursor_ / w) break;
-    SendRound(slot, index, now, sink);
+    SendRound(slot, index, now, queued, sink);
     ++in_flight_;
     ++send_cursor_;
   }
 }
 
-void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const Nanos leaves = EmitPacket(slot, index, now, sink);
+void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
+                             PacketSink& sink) {
+  EmitPacket(slot, index, now, sink);
   slot.outstanding = true;
   slot.attempts = 0;
   slot.needless_resend = false;
   slot.sent_at = now;
   slot.delivered_at_send = counters_.results_accepted;
   slot.send_order = ++sends_;
-  slot.deadline = leaves + rto_;
+  slot.deadline = now + queued + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
-Nanos WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
   WritePacket(slot, index, buf.data());
   sink.Send(buf.first(packet_bytes_));
   ++counters_.packets_sent;
   slot.resent_at = now;
-  // Packets leave the link one after the other, at most a window of them
-  // queued: a timeout counts from when its packet is on the wire, or a
-  // burst (an operation's start, a round of resends) or a standing queue
-  // would make the last packets' timers fire while they still wait.
-  const double rate = sizer_.max_rate_per_second();
-  const Nanos packet_time = rate > 0 ? Nanos(int64_t(1e9 / rate)) : Nanos(0);
-  wire_free_ = std::min(std::max(wire_free_, now) + packet_time, now + Window() * packet_time);
-  return wire_free_;
 }
 
-Nanos WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const Nanos leaves = EmitPacket(slot, index, now, sink);
+void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  EmitPacket(slot, index, now, sink);
   ++counters_.retransmissions;
   ++slot.attempts;
-  return leaves;
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -445,9 +442,9 @@ void WorkerEngine::ResendLostResult(Slot& slot, uint16_t index, Nanos now, Packe
 }
 
 void WorkerEngine::ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const Nanos leaves = Retransmit(slot, index, now, sink);
+  Retransmit(slot, index, now, sink);
   ++counters_.fast_retransmissions;
-  slot.deadline = leaves + rto_;
+  slot.deadline = now + rto_;
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
@@ -663,11 +660,11 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     if (!slot.outstanding) continue;
     if (now >= slot.deadline) {
       // Resend the packet unchanged: same slot, version and values.
-      const Nanos leaves = Retransmit(slot, i, now, sink);
+      Retransmit(slot, i, now, sink);
       ++unanswered_;
       expired = true;
       const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(slot.attempts, 16));
-      slot.deadline = leaves + std::min(backoff, config_.max_retransmit_timeout);
+      slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
     }
     next = std::min(next, slot.deadline);
   }

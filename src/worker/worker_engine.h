@@ -36,9 +36,7 @@
 // operation, every one it waits for (the others finished this one); else
 // the oldest unanswered packet, as above. Otherwise the slot's timeout
 // resends: the smoothed round trip plus four deviations (RFC 6298), at least
-// twice the round trip, floored in microseconds, counted from when the packet
-// leaves this worker's link (queued behind the packets sent before it, at the
-// measured delivery rate). Only a timeout with no
+// twice the round trip, floored in microseconds. Only a timeout with no
 // answer from the switch at all backs off: a random loss is not congestion. Loss-free in-order
 // links resend nothing; reordering can cost a resend (it breaks the in-order witness).
 //
@@ -194,13 +192,14 @@ class WorkerEngine {
 
   void StartNextOp(Nanos now, PacketSink& sink);
   void SendInOrder(Nanos now, PacketSink& sink);
-  void SendRound(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // `queued`: how long the packets sent just before it in the same burst
+  // keep it from the wire.
+  void SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued, PacketSink& sink);
   // Writes slot `index`'s packet for its current round into a buffer of
   // `sink` and sends it (first transmission or retransmission alike).
-  // Returns when it will have left this worker's link (wire_free_).
-  Nanos EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
-  Nanos Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // A kNack or kPending: remembers the missing ranks it names; a NACK that
   // names this rank resends the slot's packet.
   void OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
@@ -257,10 +256,7 @@ class WorkerEngine {
   uint16_t in_flight_ = 0;        // slots waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
-  Nanos rto_;  // current retransmission timeout
-  // When the packets sent so far will have left this worker's link: the
-  // measured delivery rate's packet time per packet, at most a window ahead.
-  Nanos wire_free_{0};
+  Nanos rto_;              // current retransmission timeout
   Nanos srtt_{0};          // smoothed round trip; 0 before the first sample
   Nanos rttvar_{0};        // its mean deviation
   uint64_t sends_ = 0;     // first transmissions so far (Slot::send_order)
