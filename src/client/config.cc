@@ -126,10 +126,6 @@ Status UnknownField(const std::string& name) {
   return InvalidArgument("unknown configuration key '" + name + "'; known keys: " + known);
 }
 
-}  // namespace
-
-namespace {
-
 // Every number within its field's range.
 Status CheckRanges(const ContextConfig& c) {
   for (const Field& f : kFields) {
