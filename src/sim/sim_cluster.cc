@@ -103,13 +103,19 @@ Status SimCluster::RegisterTree(const SimClusterOptions& o) {
 std::vector<Status> SimCluster::AllReduce(const std::vector<SimRankOp>& ops) {
   std::vector<std::optional<Status>> done(workers_.size());
   std::vector<Status> result(workers_.size());
+  const Nanos start = network_->now();
+  Nanos last_finish = start;
   for (size_t r = 0; r < workers_.size() && r < ops.size(); ++r) {
     const SimRankOp& op = ops[r];
     auto id = workers_[r]->Submit(op.in, op.out, op.count, op.dtype,
-                                  [&done, r](OpId, const Status& s) { done[r] = s; });
+                                  [this, &done, &last_finish, r](OpId, const Status& s) {
+                                    done[r] = s;
+                                    last_finish = std::max(last_finish, network_->now());
+                                  });
     if (!id.ok()) done[r] = id.status();
   }
   network_->Run();
+  last_op_time_ = last_finish - start;
   for (size_t r = 0; r < workers_.size(); ++r) {
     result[r] = done[r] ? *done[r]
                         : Status(StatusCode::kAborted,

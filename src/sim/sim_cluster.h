@@ -67,6 +67,11 @@ class SimCluster {
   // engine is done, and returns each rank's status. A rank that never
   // finished (silenced) reports ABORTED.
   std::vector<Status> AllReduce(const std::vector<SimRankOp>& ops);
+  // The last AllReduce's virtual time, from its submission to the last
+  // rank's completion. (The network may run on after that, e.g. to a
+  // switch timer that finds nothing left to do; that is not the
+  // operation's time.)
+  Nanos last_op_time() const { return last_op_time_; }
 
   WorkerEngine& worker(uint16_t rank) { return *workers_.at(rank); }
   SimNetwork& network() { return *network_; }
@@ -92,6 +97,7 @@ class SimCluster {
   std::vector<std::unique_ptr<WorkerEngine>> workers_;
   std::unique_ptr<SimNetwork> network_;
   JobAssignment assignment_;
+  Nanos last_op_time_{0};
 };
 
 }  // namespace switchml
