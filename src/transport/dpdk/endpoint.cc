@@ -10,6 +10,7 @@
 
 #include "net/address.h"
 #include "transport/ethernet/arp.h"
+#include "transport/ethernet/frame_endpoint.h"
 #include "transport/ethernet/mac_table.h"
 
 namespace switchml::transport::dpdk {
@@ -18,8 +19,8 @@ namespace {
 using ethernet::ArpMessage;
 using ethernet::ArpOp;
 using ethernet::FrameAddresses;
+using ethernet::FrameEndpoint;
 using ethernet::kHeaderBytes;
-using ethernet::MacTable;
 
 // A send that the port does not take within this long is dropped and counted.
 constexpr std::chrono::microseconds kSendPatience{1000};
@@ -28,11 +29,12 @@ constexpr std::chrono::milliseconds kArpInterval{5};
 
 std::chrono::steady_clock::time_point Now() { return std::chrono::steady_clock::now(); }
 
-class DpdkEndpoint final : public Endpoint {
+class DpdkEndpoint final : public FrameEndpoint {
  public:
   DpdkEndpoint(std::shared_ptr<Port> port, uint32_t shard, rte_ring* ring, Address local,
                std::optional<udp::UdpSocket> port_holder)
-      : port_(std::move(port)),
+      : FrameEndpoint("dpdk"),
+        port_(std::move(port)),
         shard_(shard),
         hand_off_(ring),
         local_(local),
@@ -47,13 +49,6 @@ class DpdkEndpoint final : public Endpoint {
   }
 
   Address local_address() const override { return local_; }
-
-  Status Connect(const Address& peer) override {
-    if (Status s = AddPeer(peer); !s.ok()) return s;
-    peer_ = peer;
-    connected_ = true;
-    return Status::Ok();
-  }
 
   // Asks for the peer's MAC by ARP now, for up to a second (setup path).
   Status AddPeer(const Address& peer) override {
@@ -81,17 +76,7 @@ class DpdkEndpoint final : public Endpoint {
                         " within 1 s (is the peer up and on this port's link? this version "
                         "reaches peers on the same link only)");
     }
-    if (!macs_.Pin(address, *mac)) {
-      return Status(StatusCode::kResourceExhausted, "dpdk: an endpoint sends to at most " +
-                                                        std::to_string(MacTable::kMaxPinned) +
-                                                        " announced peers");
-    }
-    return Status::Ok();
-  }
-
-  Status SetHostLocalMulticast() override {
-    return Status(StatusCode::kFailedPrecondition,
-                  "dpdk sends no multicast (results go by unicast)");
+    return PinPeer(address, *mac);
   }
 
   std::vector<int> wait_fds() const override { return {}; }
@@ -138,7 +123,7 @@ class DpdkEndpoint final : public Endpoint {
       ++counters_.send_dropped;
       return;
     }
-    Queue(m, bytes, dest != nullptr ? *dest : peer_);
+    Queue(m, bytes, Destination(dest));
   }
 
   void SendRef(std::span<const uint8_t> bytes, const Address& dest) override {
@@ -227,7 +212,7 @@ class DpdkEndpoint final : public Endpoint {
       if (owner == nullptr || rte_ring_mp_enqueue(owner, m) != 0) return Drop(m, count);
       return count;
     }
-    if (connected_ && !net::SameAddress(parsed->addresses.source, peer_)) return Drop(m, count);
+    if (!Accepts(parsed->addresses.source)) return Drop(m, count);
     macs_.Learn(parsed->addresses.source.sin_addr.s_addr, parsed->addresses.source_mac);
     if (handed) ++counters_.off_queue;
     sources_[count] = parsed->addresses.source;
@@ -325,9 +310,6 @@ class DpdkEndpoint final : public Endpoint {
   rte_mbuf* claimed_ = nullptr;
   std::vector<uint8_t> scratch_;  // where Claim() writes when no mbuf is free
   uint16_t ip_id_ = 0;
-  bool connected_ = false;
-  Address peer_{};
-  MacTable macs_;
   std::chrono::steady_clock::time_point next_ask_{};
   EndpointCounters counters_;
 };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "net/address.h"
+#include "transport/ethernet/frame_endpoint.h"
 #include "transport/ethernet/frames.h"
 #include "transport/ethernet/mac_table.h"
 #include "transport/udp/udp_socket.h"
@@ -39,7 +40,6 @@ namespace {
 using ethernet::FrameAddresses;
 using ethernet::kHeaderBytes;
 using ethernet::kThisHost;
-using ethernet::MacTable;
 using ethernet::ParseFrame;
 using ethernet::WriteHeaders;
 
@@ -219,11 +219,14 @@ struct QueueSocket {
   }
 };
 
-class AfXdpEndpoint final : public Endpoint {
+class AfXdpEndpoint final : public ethernet::FrameEndpoint {
  public:
   AfXdpEndpoint(std::shared_ptr<AfXdpTransport::Attachment> attachment, udp::UdpSocket port_holder,
                 Address local)
-      : attachment_(std::move(attachment)), port_holder_(std::move(port_holder)), local_(local) {}
+      : FrameEndpoint("af_xdp"),
+        attachment_(std::move(attachment)),
+        port_holder_(std::move(port_holder)),
+        local_(local) {}
 
   ~AfXdpEndpoint() override {
     if (steering_) RemoveFlowSteering(attachment_->interface(), *steering_);
@@ -293,29 +296,13 @@ class AfXdpEndpoint final : public Endpoint {
 
   Address local_address() const override { return local_; }
 
-  Status Connect(const Address& peer) override {
-    if (Status s = AddPeer(peer); !s.ok()) return s;
-    peer_ = peer;
-    connected_ = true;
-    return Status::Ok();
-  }
-
   Status AddPeer(const Address& peer) override {
     auto mac = IsLocalAddress(peer.sin_addr) ? StatusOr<Mac>(kThisHost)
                                              : NextHopMac(attachment_->interface(), peer.sin_addr);
     if (!mac.ok()) return mac.status();
-    if (!macs_.Pin(peer.sin_addr.s_addr, mac.value())) {
-      return Status(StatusCode::kResourceExhausted, "af_xdp: an endpoint sends to at most " +
-                                                        std::to_string(MacTable::kMaxPinned) +
-                                                        " announced peers");
-    }
-    return Status::Ok();
+    return PinPeer(peer.sin_addr.s_addr, mac.value());
   }
 
-  Status SetHostLocalMulticast() override {
-    return Status(StatusCode::kFailedPrecondition,
-                  "af_xdp sends no multicast (results go by unicast)");
-  }
   // One queue's socket itself, whose poll (the threads' spin) also drives
   // its sends in copy mode; several queues' through an epoll set.
   // Beside it, the kernel socket: datagrams from this host, and from other
@@ -365,7 +352,7 @@ class AfXdpEndpoint final : public Endpoint {
       ++counters_.send_dropped;
       return;
     }
-    Queue(frame, bytes, dest != nullptr ? *dest : peer_);
+    Queue(frame, bytes, Destination(dest));
   }
 
   void SendRef(std::span<const uint8_t> bytes, const Address& dest) override {
@@ -421,7 +408,7 @@ class AfXdpEndpoint final : public Endpoint {
             xsk_umem__get_data(q.area, xsk_umem__add_offset_to_addr(d->addr)));
         const auto frame = ParseFrame({bytes, d->len});
         if (!frame || frame->addresses.dest.sin_port != local_.sin_port ||
-            (connected_ && !net::SameAddress(frame->addresses.source, peer_))) {
+            !Accepts(frame->addresses.source)) {
           ++counters_.malformed;
           continue;
         }
@@ -455,7 +442,7 @@ class AfXdpEndpoint final : public Endpoint {
     const int n = kernel_batch_.Receive(port_holder_.fd());
     for (int k = 0; k < n; ++k) {
       const Address& source = kernel_batch_.source(k);
-      if (connected_ && !net::SameAddress(source, peer_)) {
+      if (!Accepts(source)) {
         ++counters_.malformed;
         continue;
       }
@@ -661,9 +648,6 @@ class AfXdpEndpoint final : public Endpoint {
   uint64_t claimed_ = kNone;
   uint32_t queued_ = 0;
   uint16_t ip_id_ = 0;
-  bool connected_ = false;
-  Address peer_{};
-  MacTable macs_;
   std::chrono::steady_clock::time_point next_resolve_{};
   EndpointCounters counters_;
 };
