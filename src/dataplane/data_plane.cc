@@ -247,7 +247,7 @@ void DataPlane::ResetSegment(uint32_t base, uint32_t count) {
   }
 }
 
-Status DataPlane::RegisterJob(const JobRegistration& job) {
+Status DataPlane::CheckRegistration(const JobRegistration& job) const {
   const std::string id = std::to_string(job.id.value());
   if (job.world_size == 0 || job.world_size > config_.max_workers) {
     return InvalidArgument("job " + id + ": world_size=" + std::to_string(job.world_size) +
@@ -277,7 +277,11 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   if (job.upstream && job.upstream->retransmit_timeout <= Nanos(0)) {
     return InvalidArgument("job " + id + ": the upstream retransmit_timeout must be positive");
   }
-  JobEntry& entry = jobs_[job.id.value() % config_.max_jobs];
+  return Status::Ok();
+}
+
+Status DataPlane::CheckNoConflict(const JobRegistration& job, const JobEntry& entry) {
+  const std::string id = std::to_string(job.id.value());
   if (job.upstream && FindByUpstream(job.upstream->job.value()) != nullptr) {
     return {StatusCode::kAlreadyExists, "job " + id +
                                             ": another job here already has upstream job " +
@@ -297,6 +301,13 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
               "job " + id + ": pool segment overlaps job " + std::to_string(other.reg.id.value())};
     }
   }
+  return Status::Ok();
+}
+
+Status DataPlane::RegisterJob(const JobRegistration& job) {
+  if (Status s = CheckRegistration(job); !s.ok()) return s;
+  JobEntry& entry = jobs_[job.id.value() % config_.max_jobs];
+  if (Status s = CheckNoConflict(job, entry); !s.ok()) return s;
   ResetSegment(job.pool_base, job.pool_slots);
   entry.active = true;
   entry.reg = job;

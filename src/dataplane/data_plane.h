@@ -248,6 +248,10 @@ class DataPlane {
   size_t SlotIndexOf(uint8_t version, uint32_t pool_slot) const {
     return size_t(version) * config_.pool_slots + pool_slot;
   }
+  // RegisterJob's checks: the registration against this switch's limits,
+  // then against the jobs it holds (`entry`: the table entry it would take).
+  Status CheckRegistration(const JobRegistration& job) const;
+  Status CheckNoConflict(const JobRegistration& job, const JobEntry& entry);
   JobEntry* FindJob(uint32_t job);
   // The job whose upstream switch calls it `upstream_job`.
   JobEntry* FindByUpstream(uint32_t upstream_job);

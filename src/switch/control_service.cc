@@ -98,34 +98,64 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   return StreamLocked(lock, job, rank, context, writer);
 }
 
+std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& join) {
+  auto job = std::make_shared<Job>();
+  const uint16_t world = join.request.world_size;
+  job->name = join.request.job_name;
+  job->world_size = world;
+  job->threads = uint16_t(join.addresses.size());
+  job->addresses.resize(world);
+  job->events.resize(world);
+  job->tokens.resize(world);
+  job->departed.resize(world);
+  job->auth_key = join.auth_key;
+  job->proxied = !join.via_switch.empty();
+  job->via.resize(world);
+  job->upstream_calls.resize(world);
+  job->upstream_tokens.resize(world);
+  job->relay_done.resize(world);
+  return job;
+}
+
+Status ControlService::CheckFitsJob(const Job& job, const ParsedJoin& join) {
+  const std::string who = "job '" + job.name + "': rank " + std::to_string(join.request.rank);
+  const auto threads = uint16_t(join.addresses.size());
+  if (job.threads != threads) {
+    return InvalidArgument(who + "'s threads " + std::to_string(threads) +
+                           " differs from the job's " + std::to_string(job.threads) +
+                           "; every rank must use the same value");
+  }
+  // Constant-time: a guess's timing reveals nothing about the secret.
+  if (job.auth_key.size() != join.auth_key.size() ||
+      (!join.auth_key.empty() &&
+       sodium_memcmp(job.auth_key.data(), join.auth_key.data(), join.auth_key.size()) != 0)) {
+    return InvalidArgument(who +
+                           "'s auth_key differs from the job's (or only some ranks have one)");
+  }
+  if (job.proxied != !join.via_switch.empty()) {
+    return InvalidArgument(who +
+                           (job.proxied ? " joined directly, its other ranks through rack switches"
+                                        : " joined through the rack switch " + join.via_switch +
+                                              ", its other ranks directly") +
+                           "; every rank of a job joins through a rack switch or none does");
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const ParsedJoin& join) {
   const std::string& name = join.request.job_name;
   const uint16_t rank = join.request.rank;
-  const auto threads = uint16_t(join.addresses.size());
   std::shared_ptr<Job>& entry = jobs_[name];
   const bool created = entry == nullptr;
-  if (created) {
-    entry = std::make_shared<Job>();
-    entry->name = name;
-    entry->world_size = join.request.world_size;
-    entry->threads = threads;
-    entry->addresses.resize(entry->world_size);
-    entry->events.resize(entry->world_size);
-    entry->tokens.resize(entry->world_size);
-    entry->departed.resize(entry->world_size);
-    entry->auth_key = join.auth_key;
-    entry->proxied = !join.via_switch.empty();
-    entry->via.resize(entry->world_size);
-    entry->upstream_calls.resize(entry->world_size);
-    entry->upstream_tokens.resize(entry->world_size);
-    entry->relay_done.resize(entry->world_size);
-  }
+  if (created) entry = NewJob(join);
   const std::shared_ptr<Job> job = entry;
-  // A refused join: a job this call created is forgotten; one whose other
-  // ranks wait at the barrier ends, and they fail at once with the same
-  // message (a misconfigured rank never leaves the others waiting for the
-  // join timeout). A running job is left alone.
-  auto refuse = [&](const Status& status) {
+  Status status = CheckFitsJob(*job, join);
+  if (status.ok()) status = registry_.Join(join.request);
+  if (!status.ok()) {
+    // A refused join: a job this call created is forgotten; one whose other
+    // ranks wait at the barrier ends, and they fail at once with the same
+    // message (a misconfigured rank never leaves the others waiting for the
+    // join timeout). A running job is left alone.
     spdlog::warn("join of rank {} to job '{}' refused: {}", rank, name, status.message());
     if (created) {
       jobs_.erase(name);
@@ -133,30 +163,7 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
       EndLocked(job, -1, status.message());
     }
     return status;
-  };
-  if (job->threads != threads) {
-    return refuse(InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
-                                  "'s threads " + std::to_string(threads) +
-                                  " differs from the job's " + std::to_string(job->threads) +
-                                  "; every rank must use the same value"));
   }
-  // Constant-time: a guess's timing reveals nothing about the secret.
-  if (job->auth_key.size() != join.auth_key.size() ||
-      (!join.auth_key.empty() &&
-       sodium_memcmp(job->auth_key.data(), join.auth_key.data(), join.auth_key.size()) != 0)) {
-    return refuse(
-        InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
-                        "'s auth_key differs from the job's (or only some ranks have one)"));
-  }
-  if (job->proxied != !join.via_switch.empty()) {
-    return refuse(
-        InvalidArgument("job '" + name + "': rank " + std::to_string(rank) +
-                        (job->proxied ? " joined directly, its other ranks through rack switches"
-                                      : " joined through the rack switch " + join.via_switch +
-                                            ", its other ranks directly") +
-                        "; every rank of a job joins through a rack switch or none does"));
-  }
-  if (Status s = registry_.Join(join.request); !s.ok()) return refuse(s);
   job->addresses[rank] = join.addresses;
   job->via[rank] = join.via_switch;
   // A tree's members are rack switches, which take results by unicast.

@@ -101,6 +101,11 @@ class ControlService final : public control::v1::Control::Service {
   // against the job's other ranks and registers it. A refusal of a job that
   // waits at its barrier ends it, so the other ranks fail at once.
   StatusOr<std::shared_ptr<Job>> AdmitLocked(const ParsedJoin& join);
+  // The record of a job whose first rank is `join`.
+  static std::shared_ptr<Job> NewJob(const ParsedJoin& join);
+  // Whether the rank fits the job its first rank made: the same threads,
+  // secret, and way of joining (directly or through rack switches).
+  static Status CheckFitsJob(const Job& job, const ParsedJoin& join);
   // Once every rank is in: installs the job on the target and wakes the
   // barrier. On failure the job ends, naming the cause.
   // `install` may carry a rack switch's share of a tree's job.

@@ -310,30 +310,56 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
 }
 
-void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink) {
-  PacketView p;
-  if (DecodePacket(packet, &p) != DecodeError::kOk) {
+int WorkerEngine::SlotOf(std::span<const uint8_t> packet, PacketView* p) {
+  if (DecodePacket(packet, p) != DecodeError::kOk) {
     ++counters_.malformed;
-    return;
+    return -1;
   }
-  const PacketHeader& h = p.header;
+  const PacketHeader& h = p->header;
   if (h.job != config_.job.value() || (h.rank != config_.rank.value() && h.rank != kAllRanks)) {
     ++counters_.wrong_job_or_rank;
-    return;
+    return -1;
   }
   if (h.type == MessageType::kContribution) {
     ++counters_.invalid;
-    return;
+    return -1;
   }
   if (h.slot < config_.slot_offset || h.slot - config_.slot_offset >= config_.pool_slots) {
     ++counters_.invalid;  // another engine's slot
-    return;
+    return -1;
   }
   const auto index = uint16_t(h.slot - config_.slot_offset);
   if (!running_ || index >= queue_.front().window) {
     ++counters_.duplicates;  // late packets of a finished operation
-    return;
+    return -1;
   }
+  return index;
+}
+
+void WorkerEngine::OnNackAhead(Slot& slot, uint16_t index, uint32_t chunk, Nanos now,
+                               PacketSink& sink) {
+  ++counters_.nacks_received;
+  if (slot.outstanding) {
+    // They sent this slot's next round, so they had its result, and the
+    // switch sent this rank's before this NACK (links keep order): lost.
+    ResendLostResult(slot, index, now, sink);
+  } else if (!ChunkBefore(chunk, next_chunk_base_)) {
+    // They are in the next operation: every slot of this one completed,
+    // and each result this rank still waits for was lost.
+    for (uint16_t i = 0; i < queue_.front().window; ++i) {
+      if (slots_[i].outstanding) ResendLostResult(slots_[i], i, now, sink);
+    }
+  } else {
+    ResendOverdue(now, sink);
+  }
+}
+
+void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSink& sink) {
+  PacketView p;
+  const int found = SlotOf(packet, &p);
+  if (found < 0) return;
+  const auto index = uint16_t(found);
+  const PacketHeader& h = p.header;
   Slot& slot = slots_[index];
   const uint32_t expected_chunk = ChunkId(slot.round, index);
   const size_t report_words =
@@ -343,20 +369,7 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
       NackNames({p.payload - kHeaderBytes, PacketBytes(h.element_count)}, config_.rank.value())) {
     // The switch misses this rank in a chunk it has not sent yet: the others
     // moved on, so what holds this rank back (a lost result) is overdue.
-    ++counters_.nacks_received;
-    if (slot.outstanding) {
-      // They sent this slot's next round, so they had its result, and the
-      // switch sent this rank's before this NACK (links keep order): lost.
-      ResendLostResult(slot, index, now, sink);
-    } else if (!ChunkBefore(h.chunk, next_chunk_base_)) {
-      // They are in the next operation: every slot of this one completed,
-      // and each result this rank still waits for was lost.
-      for (uint16_t i = 0; i < queue_.front().window; ++i) {
-        if (slots_[i].outstanding) ResendLostResult(slots_[i], i, now, sink);
-      }
-    } else {
-      ResendOverdue(now, sink);
-    }
+    OnNackAhead(slot, index, h.chunk, now, sink);
     return;
   }
   if (!slot.outstanding || h.version != slot.version || h.chunk != expected_chunk) {

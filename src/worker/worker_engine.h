@@ -200,6 +200,12 @@ class WorkerEngine {
   void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
   void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // The slot index of a received packet for this engine's running
+  // operation; -1 (counted) for anything else.
+  int SlotOf(std::span<const uint8_t> packet, PacketView* p);
+  // A NACK naming this rank for a chunk of `slot` it has not sent yet: the
+  // others moved on, so a result this rank waits for was lost.
+  void OnNackAhead(Slot& slot, uint16_t index, uint32_t chunk, Nanos now, PacketSink& sink);
   // A kNack or kPending: remembers the missing ranks it names; a NACK that
   // names this rank resends the slot's packet.
   void OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);

@@ -307,37 +307,40 @@ Status Bmv2Target::Install(const JobInstall& install) {
     const std::string lo = std::to_string(share.begin);
     const std::string hi = std::to_string(share.end);
     for (uint32_t rank = 0; rank < addresses.size(); ++rank) {
-      const sockaddr_in& a = addresses[rank][t];
-      const Host* host = FindHost(a.sin_addr);
-      if (host == nullptr) {
-        return fail(InvalidArgument(net::FormatAddress(a) + " is not in the bmv2 hosts file"));
-      }
-      const std::string ip = net::FormatIp(a.sin_addr), port = std::to_string(ntohs(a.sin_port));
-      auto sender = AddEntry(kSenders, "SwitchmlIngress.set_sender",
-                             job_key + " " + std::to_string(rank) + " " + ip + " " + port,
-                             lo + " " + hi + " " + std::to_string(group), &installed);
-      if (!sender.ok()) return fail(sender.status());
-      const uint32_t replica = Allocate(replica_used_, 1);
-      if (replica == 0) return fail(ResourceExhausted("no free replica id"));
-      installed.replica_ids.push_back(uint16_t(replica));
-      auto rewrite = AddEntry(kReplicas, "SwitchmlEgress.to_worker", std::to_string(replica),
-                              host->mac + " " + ip + " " + port, &installed);
-      if (!rewrite.ok()) return fail(rewrite.status());
-      auto node =
-          cli_->Run("mc_node_create " + std::to_string(replica) + " " + std::to_string(host->port));
-      if (!node.ok()) return fail(node.status());
-      auto handle = ParseHandle(node.value());
-      if (!handle.ok()) return fail(handle.status());
-      installed.nodes.push_back(handle.value());
-      if (auto r = cli_->Run("mc_node_associate " + std::to_string(group) + " " +
-                             std::to_string(handle.value()));
-          !r.ok()) {
-        return fail(r.status());
-      }
+      const SenderRow row{job_key, rank, addresses[rank][t], lo + " " + hi, group};
+      if (Status s = AddSender(row, installed); !s.ok()) return fail(s);
     }
   }
   jobs_[id] = std::move(installed);
   return Status::Ok();
+}
+
+Status Bmv2Target::AddSender(const SenderRow& row, Installed& installed) {
+  const sockaddr_in& a = row.address;
+  const Host* host = FindHost(a.sin_addr);
+  if (host == nullptr) {
+    return InvalidArgument(net::FormatAddress(a) + " is not in the bmv2 hosts file");
+  }
+  const std::string ip = net::FormatIp(a.sin_addr), port = std::to_string(ntohs(a.sin_port));
+  auto sender = AddEntry(kSenders, "SwitchmlIngress.set_sender",
+                         row.job_key + " " + std::to_string(row.rank) + " " + ip + " " + port,
+                         row.slots + " " + std::to_string(row.group), &installed);
+  if (!sender.ok()) return sender.status();
+  const uint32_t replica = Allocate(replica_used_, 1);
+  if (replica == 0) return ResourceExhausted("no free replica id");
+  installed.replica_ids.push_back(uint16_t(replica));
+  auto rewrite = AddEntry(kReplicas, "SwitchmlEgress.to_worker", std::to_string(replica),
+                          host->mac + " " + ip + " " + port, &installed);
+  if (!rewrite.ok()) return rewrite.status();
+  auto node =
+      cli_->Run("mc_node_create " + std::to_string(replica) + " " + std::to_string(host->port));
+  if (!node.ok()) return node.status();
+  auto handle = ParseHandle(node.value());
+  if (!handle.ok()) return handle.status();
+  installed.nodes.push_back(handle.value());
+  auto associated = cli_->Run("mc_node_associate " + std::to_string(row.group) + " " +
+                              std::to_string(handle.value()));
+  return associated.ok() ? Status::Ok() : associated.status();
 }
 
 void Bmv2Target::Undo(Installed& installed) {

@@ -80,6 +80,17 @@ class Bmv2Target final : public DataPlaneTarget {
                               const std::string& keys, const std::string& params,
                               Installed* installed);
   void Undo(Installed& installed);
+  // One rank's thread in a job: where its packets come from, and the slots
+  // ("lo hi") and multicast group of that thread's share.
+  struct SenderRow {
+    const std::string& job_key;
+    uint32_t rank;
+    const sockaddr_in& address;
+    std::string slots;
+    uint32_t group;
+  };
+  // Its sender entry, and the replica of the group that returns its results.
+  Status AddSender(const SenderRow& row, Installed& installed);
 
   Bmv2Config config_;
   std::vector<Host> hosts_;
