@@ -70,22 +70,27 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const ParsedJoin& join = parsed.value();
   if (Status s = target_->CheckJoin(join); !s.ok()) return ToGrpc(s);
-  const uint16_t rank = join.request.rank;
-  if (upstream_) {
-    if (!join.via_switch.empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "this switch has an upstream switch itself; a tree has two levels: "
-                          "point the rack switch " +
-                              join.via_switch + " at the root");
-    }
-    return JoinThroughUpstream(context, *req, join, writer);
+  if (upstream_ && !join.via_switch.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "this switch has an upstream switch itself; a tree has two levels: "
+                        "point the rack switch " +
+                            join.via_switch + " at the root");
   }
-
   Lock lock(mu_);
   auto admitted = AdmitLocked(join);
   if (!admitted.ok()) return ToGrpc(admitted.status());
   const std::shared_ptr<Job> job = std::move(admitted).value();
-  spdlog::info("job '{}': rank {} joined from {}", job->name, rank, req->data_addresses(0));
+  const uint16_t rank = join.request.rank;
+  spdlog::info("job '{}': rank {} joined from {}{}", job->name, rank, req->data_addresses(0),
+               upstream_ ? "; forwarding it to the " + upstream_->name() : "");
+  if (upstream_) return RelayJoinLocked(lock, job, *req, rank, context, writer);
+  return RunJoinLocked(lock, job, join, context, writer);
+}
+
+grpc::Status ControlService::RunJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+                                           const ParsedJoin& join, grpc::ServerContext* context,
+                                           grpc::ServerWriter<JobEvent>* writer) {
+  const uint16_t rank = join.request.rank;
   if (auto assignment = registry_.Assignment(job->name); assignment && !job->assignment) {
     if (Status s = StartLocked(*job, *assignment); !s.ok()) {
       EndLocked(job, -1, s.message());
@@ -98,7 +103,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   return StreamLocked(lock, job, rank, context, writer);
 }
 
-std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& join) {
+std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& join, bool relayed) {
   auto job = std::make_shared<Job>();
   const uint16_t world = join.request.world_size;
   job->name = join.request.job_name;
@@ -109,11 +114,13 @@ std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& jo
   job->tokens.resize(world);
   job->departed.resize(world);
   job->auth_key = join.auth_key;
-  job->proxied = !join.via_switch.empty();
-  job->via.resize(world);
-  job->upstream_calls.resize(world);
-  job->upstream_tokens.resize(world);
-  job->relay_done.resize(world);
+  if (!join.via_switch.empty()) job->members.emplace().via.resize(world);
+  if (relayed) {
+    Job::Relay& relay = job->relay.emplace();
+    relay.calls.resize(world);
+    relay.tokens.resize(world);
+    relay.done.resize(world);
+  }
   return job;
 }
 
@@ -132,9 +139,9 @@ Status ControlService::CheckFitsJob(const Job& job, const ParsedJoin& join) {
     return InvalidArgument(who +
                            "'s auth_key differs from the job's (or only some ranks have one)");
   }
-  if (job.proxied != !join.via_switch.empty()) {
+  if (job.members.has_value() != !join.via_switch.empty()) {
     return InvalidArgument(who +
-                           (job.proxied ? " joined directly, its other ranks through rack switches"
+                           (job.members ? " joined directly, its other ranks through rack switches"
                                         : " joined through the rack switch " + join.via_switch +
                                               ", its other ranks directly") +
                            "; every rank of a job joins through a rack switch or none does");
@@ -147,7 +154,7 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
   const uint16_t rank = join.request.rank;
   std::shared_ptr<Job>& entry = jobs_[name];
   const bool created = entry == nullptr;
-  if (created) entry = NewJob(join);
+  if (created) entry = NewJob(join, upstream_ != nullptr);
   const std::shared_ptr<Job> job = entry;
   Status status = CheckFitsJob(*job, join);
   if (status.ok()) status = registry_.Join(join.request);
@@ -165,9 +172,9 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
     return status;
   }
   job->addresses[rank] = join.addresses;
-  job->via[rank] = join.via_switch;
+  if (job->members) job->members->via[rank] = join.via_switch;
   // A tree's members are rack switches, which take results by unicast.
-  if (!join.accept_result_multicast || !AllOnLoopback(join.addresses) || job->proxied) {
+  if (!join.accept_result_multicast || !AllOnLoopback(join.addresses) || job->members) {
     job->unicast_only = true;
   }
   job->tokens[rank] = token_source_();
@@ -177,25 +184,26 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
 Status ControlService::GroupMembersLocked(Job& job, JobInstall& install) {
   // Members in the order of their lowest rank; a member's ranks must all
   // have given its same data sockets.
+  Job::Members& m = *job.members;
   std::map<std::string, uint16_t> index;
-  job.member_of.assign(job.world_size, 0);
-  job.member_ranks.clear();
+  m.member_of.assign(job.world_size, 0);
+  m.of_member.clear();
   install.addresses.clear();
   for (uint16_t r = 0; r < job.world_size; ++r) {
-    const auto [it, added] = index.try_emplace(job.via[r], uint16_t(index.size()));
+    const auto [it, added] = index.try_emplace(m.via[r], uint16_t(index.size()));
     if (added) {
-      job.member_ranks.emplace_back();
+      m.of_member.emplace_back();
       install.addresses.push_back(job.addresses[r]);
     } else if (!std::equal(job.addresses[r].begin(), job.addresses[r].end(),
                            install.addresses[it->second].begin(), net::SameAddress)) {
       return InvalidArgument("job '" + job.name + "': rank " + std::to_string(r) +
-                             " came through switch " + job.via[r] +
+                             " came through switch " + m.via[r] +
                              " with other data sockets than that switch's other ranks");
     }
-    job.member_of[r] = it->second;
-    job.member_ranks[it->second].push_back(r);
+    m.member_of[r] = it->second;
+    m.of_member[it->second].push_back(r);
   }
-  install.assignment.world_size = uint16_t(job.member_ranks.size());
+  install.assignment.world_size = uint16_t(m.of_member.size());
   if (install.assignment.world_size > target_->limits().max_workers) {
     return InvalidArgument("job '" + job.name +
                            "': " + std::to_string(install.assignment.world_size) +
@@ -208,7 +216,7 @@ Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, Jo
   install.assignment = assignment;
   install.threads = job.threads;
   install.addresses = job.addresses;
-  if (job.proxied) {
+  if (job.members) {
     if (Status s = GroupMembersLocked(job, install); !s.ok()) return s;
   }
   if (install.upstream) install.upstream->auth_key = job.auth_key;
@@ -237,7 +245,7 @@ Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, Jo
       "job '{}' started on the {} data plane: id {}, {} ranks{}, {} slots, {} elements "
       "per packet, results by {}",
       job.name, target_->name(), assignment.id.value(), assignment.world_size,
-      job.proxied ? " through " + std::to_string(job.member_ranks.size()) + " rack switches"
+      job.members ? " through " + std::to_string(job.members->of_member.size()) + " rack switches"
       : upstream_ ? ", " + std::to_string(install.local_ranks.size()) + " here under the " +
                         upstream_->name()
                   : "",
@@ -292,10 +300,11 @@ JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
     a->add_result_groups(net::FormatAddress(group));
   a->set_token(job.tokens[rank]);
   a->set_auth_salt(job.auth_salt);
-  if (job.proxied) {
-    a->set_member(job.member_of[rank]);
-    a->set_members(uint32_t(job.member_ranks.size()));
-    for (uint16_t r : job.member_ranks[job.member_of[rank]]) a->add_member_ranks(r);
+  if (job.members) {
+    const Job::Members& m = *job.members;
+    a->set_member(m.member_of[rank]);
+    a->set_members(uint32_t(m.of_member.size()));
+    for (uint16_t r : m.of_member[m.member_of[rank]]) a->add_member_ranks(r);
   }
   return first;
 }
@@ -305,11 +314,12 @@ grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<Job>
                                           grpc::ServerWriter<JobEvent>* writer) {
   std::deque<JobEvent> outgoing{AssignmentEvent(*job, rank)};
   const std::string gone =
-      job->proxied ? "rank " + std::to_string(rank) + " (through switch " + job->via[rank] +
-                         ") disconnected (the rank or its rack switch exited, or that switch "
-                         "lost its connection to this one)"
-                   : "rank " + std::to_string(rank) +
-                         " disconnected (its process exited or lost its control connection)";
+      job->members
+          ? "rank " + std::to_string(rank) + " (through switch " + job->members->via[rank] +
+                ") disconnected (the rank or its rack switch exited, or that switch "
+                "lost its connection to this one)"
+          : "rank " + std::to_string(rank) +
+                " disconnected (its process exited or lost its control connection)";
   while (true) {
     while (!outgoing.empty()) {
       lock.unlock();
@@ -364,10 +374,10 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
       job->departed[req->rank()] = true;
       ++job->departed_count;
     }
-    upstream_token = job->upstream_tokens[req->rank()];
+    if (job->relay) upstream_token = job->relay->tokens[req->rank()];
     // A rack switch's share of a job: its own ranks only.
     if (job->departed_count == job->joined() || !job->assignment) {
-      if (upstream_token != 0) job->ended_upstream = true;  // the Leave below ends it there
+      if (upstream_token != 0) job->relay->ended_upstream = true;  // the Leave below ends it there
       EndLocked(job, int(req->rank()), reason);
     } else if (!job->end_at) {
       // Others may still be fetching results of the operations this rank
@@ -390,17 +400,10 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::JoinThroughUpstream(grpc::ServerContext* context,
-                                                 const control::v1::JoinRequest& request,
-                                                 const ParsedJoin& join,
-                                                 grpc::ServerWriter<JobEvent>* writer) {
-  const uint16_t rank = join.request.rank;
-  Lock lock(mu_);
-  auto admitted = AdmitLocked(join);
-  if (!admitted.ok()) return ToGrpc(admitted.status());
-  const std::shared_ptr<Job> job = std::move(admitted).value();
-  spdlog::info("job '{}': rank {} joined from {}; forwarding it to the {}", job->name, rank,
-               request.data_addresses(0), upstream_->name());
+grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+                                             const control::v1::JoinRequest& request, uint16_t rank,
+                                             grpc::ServerContext* context,
+                                             grpc::ServerWriter<JobEvent>* writer) {
   // The upstream's barrier is the job's: its assignment comes once every
   // rank of every rack switch has joined.
   lock.unlock();
@@ -413,8 +416,8 @@ grpc::Status ControlService::JoinThroughUpstream(grpc::ServerContext* context,
     return ToGrpc(forwarded.status());
   }
   const std::shared_ptr<UpstreamCall> call = std::move(forwarded).value();
-  job->upstream_calls[rank] = call;
-  job->upstream_tokens[rank] = up.token();
+  job->relay->calls[rank] = call;
+  job->relay->tokens[rank] = up.token();
   if (job->ended) {
     call->Cancel();
     return grpc::Status(grpc::StatusCode::ABORTED, job->end_reason);
@@ -429,7 +432,7 @@ grpc::Status ControlService::JoinThroughUpstream(grpc::ServerContext* context,
   grpc::Status status = StreamLocked(lock, job, rank, context, writer);
   // The upstream ends its streams once the job ended there; a rank that
   // outlives it here (its worker left) gives it a moment before it leaves.
-  changed_.wait_for(lock, 2s, [&] { return bool(job->relay_done[rank]); });
+  changed_.wait_for(lock, 2s, [&] { return bool(job->relay->done[rank]); });
   lock.unlock();
   call->Cancel();
   relay.join();
@@ -474,16 +477,16 @@ void ControlService::RelayUpstream(std::shared_ptr<Job> job, uint16_t rank,
   while (call->Read(&event)) {
     if (!event.has_rank_lost()) continue;
     Lock lock(mu_);
-    job->ended_upstream = true;
+    job->relay->ended_upstream = true;
     const uint32_t lost = event.rank_lost().rank();
     EndLocked(job, lost == ~0u ? -1 : int(lost),
               "the " + upstream_->name() + " ended the job: " + event.rank_lost().reason());
   }
   const Status end = call->Finish();
   Lock lock(mu_);
-  job->relay_done[rank] = true;
+  job->relay->done[rank] = true;
   if (!job->ended) {
-    job->ended_upstream = true;
+    job->relay->ended_upstream = true;
     EndLocked(job, -1, "lost the " + upstream_->name() + ": " + end.message());
   }
   changed_.notify_all();
@@ -497,8 +500,8 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
   // A rack switch's job that ends here ends upstream too: a lost rank's own
   // call goes with its worker's (gRPC propagates the cancellation); for any
   // other cause every forwarded rank leaves.
-  if (!job->ended_upstream && lost_rank < 0) {
-    for (const auto& call : job->upstream_calls) {
+  if (job->relay && !job->relay->ended_upstream && lost_rank < 0) {
+    for (const auto& call : job->relay->calls) {
       if (call) call->Cancel();
     }
   }

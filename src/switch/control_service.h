@@ -5,7 +5,10 @@
 // its data-plane target (data_plane_target.h).
 //
 // A Join runs parse -> admit -> start (the last rank installs the job) ->
-// barrier -> stream; each step is its own function below.
+// barrier -> stream; each step is its own function below. In a tree
+// (docs/design.md §10) the same service is a root, whose job record holds its
+// members (Job::Members), or a rack switch, whose record holds the joins it
+// relays upstream (Job::Relay); a standalone switch's jobs have neither.
 #pragma once
 
 #include <algorithm>
@@ -77,18 +80,23 @@ class ControlService final : public control::v1::Control::Service {
     std::optional<std::chrono::steady_clock::time_point> end_at;
     int end_rank = -1;
     std::string end_at_reason;
-    // The job of a tree's root: its ranks joined through rack switches
+    // A tree's root: the ranks joined through rack switches
     // (JoinRequest.via_switch), which are its members.
-    bool proxied = false;
-    std::vector<std::string> via;                     // per rank: its rack switch
-    std::vector<uint16_t> member_of;                  // per rank, once started
-    std::vector<std::vector<uint16_t>> member_ranks;  // per member, once started
-    // A rack switch's job: per rank, its join forwarded upstream, the
-    // upstream's token for it, and whether its relay of upstream events ended.
-    std::vector<std::shared_ptr<UpstreamCall>> upstream_calls;
-    std::vector<uint64_t> upstream_tokens;
-    std::vector<bool> relay_done;
-    bool ended_upstream = false;  // the upstream switch ended it
+    struct Members {
+      std::vector<std::string> via;                  // per rank: its rack switch
+      std::vector<uint16_t> member_of;               // per rank, once started
+      std::vector<std::vector<uint16_t>> of_member;  // its ranks, per member, once started
+    };
+    std::optional<Members> members;  // set: this switch is the root of the job's tree
+    // A rack switch: per rank, its join forwarded upstream, the upstream's
+    // token for it, and whether its relay of upstream events ended.
+    struct Relay {
+      std::vector<std::shared_ptr<UpstreamCall>> calls;
+      std::vector<uint64_t> tokens;
+      std::vector<bool> done;
+      bool ended_upstream = false;  // the upstream switch ended it
+    };
+    std::optional<Relay> relay;  // set: this switch serves a share of the job
     // The ranks that joined here (in a tree: this rack switch's share).
     uint16_t joined() const {
       return uint16_t(std::count_if(addresses.begin(), addresses.end(),
@@ -102,7 +110,8 @@ class ControlService final : public control::v1::Control::Service {
   // waits at its barrier ends it, so the other ranks fail at once.
   StatusOr<std::shared_ptr<Job>> AdmitLocked(const ParsedJoin& join);
   // The record of a job whose first rank is `join`.
-  static std::shared_ptr<Job> NewJob(const ParsedJoin& join);
+  // `relayed`: this switch forwards the job's joins upstream.
+  static std::shared_ptr<Job> NewJob(const ParsedJoin& join, bool relayed);
   // Whether the rank fits the job its first rank made: the same threads,
   // secret, and way of joining (directly or through rack switches).
   static Status CheckFitsJob(const Job& job, const ParsedJoin& join);
@@ -110,13 +119,21 @@ class ControlService final : public control::v1::Control::Service {
   // barrier. On failure the job ends, naming the cause.
   // `install` may carry a rack switch's share of a tree's job.
   Status StartLocked(Job& job, const JobAssignment& assignment, JobInstall install = {});
-  // A tree's root: the members (rack switches) of a proxied job, and the
-  // install of its members' addresses.
+  // A tree's root: the members (rack switches) of a job whose ranks joined
+  // through them, and the install of its members' addresses.
   Status GroupMembersLocked(Job& job, JobInstall& install);
-  // A rack switch: a worker's join, forwarded upstream (see Join).
-  grpc::Status JoinThroughUpstream(grpc::ServerContext* context,
-                                   const control::v1::JoinRequest& request, const ParsedJoin& join,
-                                   grpc::ServerWriter<control::v1::JobEvent>* writer);
+  // The rest of a join once admitted: a standalone switch or a tree's root
+  // starts the job when its last rank is in, waits at the barrier and streams.
+  grpc::Status RunJoinLocked(Lock& lock, const std::shared_ptr<Job>& job, const ParsedJoin& join,
+                             grpc::ServerContext* context,
+                             grpc::ServerWriter<control::v1::JobEvent>* writer);
+  // A rack switch forwards the join upstream, whose barrier is the job's,
+  // installs its share at the first assignment, and relays the upstream's
+  // events while it streams its own.
+  grpc::Status RelayJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+                               const control::v1::JoinRequest& request, uint16_t rank,
+                               grpc::ServerContext* context,
+                               grpc::ServerWriter<control::v1::JobEvent>* writer);
   // Installs this rack switch's share of the job the upstream assigned.
   Status StartShareLocked(Job& job, const control::v1::Assignment& upstream);
   // Relays one forwarded rank's upstream events into the job until the
