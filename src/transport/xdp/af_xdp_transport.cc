@@ -465,51 +465,8 @@ class AfXdpEndpoint final : public ethernet::FrameEndpoint {
     auto q = std::make_unique<QueueSocket>();
     q->id = id;
     const bool sends = queues_.empty();
-    q->area_bytes = size_t(frames + (sends ? ring_size_ : 0)) * kFrameBytes;
-    q->area =
-        mmap(nullptr, q->area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (q->area == MAP_FAILED) {
-      q->area = nullptr;
-      return Failed("allocating frame memory", errno, "free some memory");
-    }
-    xsk_umem_config umem{};
-    umem.fill_size = frames;
-    umem.comp_size = sends ? ring_size_ : kMinQueueFrames;
-    umem.frame_size = kFrameBytes;
-    umem.frame_headroom = 0;
-    if (int error =
-            xsk_umem__create(&q->umem, q->area, q->area_bytes, &q->fill, &q->completion, &umem);
-        error != 0) {
-      q->umem = nullptr;
-      return Failed("creating the socket's frame memory", error, kNeedsRights);
-    }
-    const Interface& i = attachment_->interface();
-    xsk_socket_config config{};
-    config.rx_size = frames;
-    config.tx_size = sends ? ring_size_ : 0;
-    config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
-    config.bind_flags = XDP_USE_NEED_WAKEUP;
-    xsk_ring_prod* tx = sends ? &tx_ : nullptr;
-    int error = xsk_socket__create(&q->xsk, i.name.c_str(), id, q->umem, &q->rx, tx, &config);
-    if (error != 0) {
-      config.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
-      error = xsk_socket__create(&q->xsk, i.name.c_str(), id, q->umem, &q->rx, tx, &config);
-    }
-    if (error != 0) {
-      q->xsk = nullptr;
-      return Failed("creating the AF_XDP socket on " + i.name + " queue " + std::to_string(id),
-                    error, kNeedsRights);
-    }
-    if (sends) {
-      xdp_options modes{};
-      socklen_t length = sizeof(modes);
-      zero_copy_ = getsockopt(xsk_socket__fd(q->xsk), SOL_XDP, XDP_OPTIONS, &modes, &length) == 0 &&
-                   (modes.flags & XDP_OPTIONS_ZEROCOPY) != 0;
-    }
-    if (int e = xsk_socket__update_xskmap(q->xsk, attachment_->xsks_fd()); e != 0) {
-      return Failed("registering the AF_XDP socket of queue " + std::to_string(id), e,
-                    kNeedsRights);
-    }
+    if (Status s = CreateUmem(*q, frames, sends); !s.ok()) return s;
+    if (Status s = CreateSocket(*q, frames, sends); !s.ok()) return s;
     uint32_t at = 0;
     if (xsk_ring_prod__reserve(&q->fill, frames, &at) != frames) {
       return Status(StatusCode::kInternal, "af_xdp: the fill ring is short");
@@ -520,6 +477,62 @@ class AfXdpEndpoint final : public ethernet::FrameEndpoint {
     xsk_ring_prod__submit(&q->fill, frames);
     q->held.reserve(frames);
     queues_.push_back(std::move(q));
+    return Status::Ok();
+  }
+
+  // The queue's frame memory: `frames` receive frames, and the send frames
+  // after them on the queue that sends.
+  Status CreateUmem(QueueSocket& q, uint32_t frames, bool sends) {
+    q.area_bytes = size_t(frames + (sends ? ring_size_ : 0)) * kFrameBytes;
+    q.area =
+        mmap(nullptr, q.area_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q.area == MAP_FAILED) {
+      q.area = nullptr;
+      return Failed("allocating frame memory", errno, "free some memory");
+    }
+    xsk_umem_config umem{};
+    umem.fill_size = frames;
+    umem.comp_size = sends ? ring_size_ : kMinQueueFrames;
+    umem.frame_size = kFrameBytes;
+    umem.frame_headroom = 0;
+    if (int error = xsk_umem__create(&q.umem, q.area, q.area_bytes, &q.fill, &q.completion, &umem);
+        error != 0) {
+      q.umem = nullptr;
+      return Failed("creating the socket's frame memory", error, kNeedsRights);
+    }
+    return Status::Ok();
+  }
+
+  // The queue's AF_XDP socket (zero-copy where the driver can, else copy
+  // mode), registered in the XDP program's map.
+  Status CreateSocket(QueueSocket& q, uint32_t frames, bool sends) {
+    const Interface& i = attachment_->interface();
+    xsk_socket_config config{};
+    config.rx_size = frames;
+    config.tx_size = sends ? ring_size_ : 0;
+    config.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
+    config.bind_flags = XDP_USE_NEED_WAKEUP;
+    xsk_ring_prod* tx = sends ? &tx_ : nullptr;
+    int error = xsk_socket__create(&q.xsk, i.name.c_str(), q.id, q.umem, &q.rx, tx, &config);
+    if (error != 0) {
+      config.bind_flags = XDP_USE_NEED_WAKEUP | XDP_COPY;
+      error = xsk_socket__create(&q.xsk, i.name.c_str(), q.id, q.umem, &q.rx, tx, &config);
+    }
+    if (error != 0) {
+      q.xsk = nullptr;
+      return Failed("creating the AF_XDP socket on " + i.name + " queue " + std::to_string(q.id),
+                    error, kNeedsRights);
+    }
+    if (sends) {
+      xdp_options modes{};
+      socklen_t length = sizeof(modes);
+      zero_copy_ = getsockopt(xsk_socket__fd(q.xsk), SOL_XDP, XDP_OPTIONS, &modes, &length) == 0 &&
+                   (modes.flags & XDP_OPTIONS_ZEROCOPY) != 0;
+    }
+    if (int e = xsk_socket__update_xskmap(q.xsk, attachment_->xsks_fd()); e != 0) {
+      return Failed("registering the AF_XDP socket of queue " + std::to_string(q.id), e,
+                    kNeedsRights);
+    }
     return Status::Ok();
   }
 
