@@ -154,8 +154,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupSwitchML::Submit(void* data, size_t c
                                                             c10d::OpType type, const char* op,
                                                             std::function<void()> done) {
   auto work = c10::make_intrusive<SwitchMLWork>(std::move(outputs), type, op);
-  std::shared_ptr<Work> job = context_->AllReduceAsync(data, data, count, dtype);
-  job->OnDone([work, done = std::move(done)](const Status& status) {
+  std::shared_ptr<Work> operation = context_->AllReduceAsync(data, data, count, dtype);
+  operation->OnDone([work, done = std::move(done)](const Status& status) {
     if (status.ok() && done) done();
     work->Complete(status);
   });

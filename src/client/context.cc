@@ -41,9 +41,10 @@ void ContextImpl::NameHosts(const std::vector<sockaddr_in>& controls) {
   for (const sockaddr_in& control : controls) {
     switches += (switches.empty() ? "" : ", ") + net::FormatAddress(control);
     hosts.push_back(std::make_unique<Host>());
-    hosts.back()->job = "job '" + config.job_name + "' at switch " + net::FormatAddress(control);
+    hosts.back()->job_text =
+        "job '" + config.job_name + "' at switch " + net::FormatAddress(control);
   }
-  job = "job '" + config.job_name + "' at switch" + (controls.size() > 1 ? "es " : " ") + switches;
+  job_text = "job '" + config.job_name + "' at switch" + (controls.size() > 1 ? "es " : " ") + switches;
 }
 
 Status ContextImpl::StartThreads(const std::vector<sockaddr_in>& destinations) {
@@ -68,14 +69,14 @@ void ContextImpl::WatchControlStream(Host& host) {
     if (!event.has_rank_lost()) continue;
     const auto& lost = event.rank_lost();
     FailAll(Status(StatusCode::kAborted, lost.rank() == ~0u
-                                             ? host.job + " ended: " + lost.reason()
+                                             ? host.job_text + " ended: " + lost.reason()
                                              : "rank " + std::to_string(lost.rank()) + " left " +
-                                                   host.job + ": " + lost.reason()));
+                                                   host.job_text + ": " + lost.reason()));
   }
   const grpc::Status end = host.reader->Finish();
   if (!stopping.load()) {
-    FailAll(Status(StatusCode::kAborted, "lost the control connection to the switch (" + host.job +
-                                             "): " + end.error_message() +
+    FailAll(Status(StatusCode::kAborted, "lost the control connection to the switch (" +
+                                             host.job_text + "): " + end.error_message() +
                                              " (did the switch stop?)"));
   }
 }

@@ -21,10 +21,10 @@ namespace switchml {
 
 struct ContextImpl {
   ContextConfig config;
-  std::string job;  // "job 'name' at switch host:port[, ...]", for messages
+  std::string job_text;  // "job 'name' at switch host:port[, ...]", for messages
   // One switch host of the job: its control connection and Join stream.
   struct Host {
-    std::string job;  // "job 'name' at switch host:port", for messages
+    std::string job_text;  // "job 'name' at switch host:port", for messages
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<control::v1::Control::Stub> stub;
     grpc::ClientContext stream;

@@ -41,13 +41,13 @@ transport::EndpointOptions WorkerEndpointOptions(const ContextConfig& config, si
   return o;
 }
 
-Status JoinError(const grpc::Status& s, const std::string& job) {
+Status JoinError(const grpc::Status& s, const std::string& job_text) {
   const Status status = FromGrpc(s);
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return Status(status.code(), "cannot reach the switch's control plane for " + job + ": " +
+    return Status(status.code(), "cannot reach the switch's control plane for " + job_text + ": " +
                                      s.error_message() + " (is switchml-switch running there?)");
   }
-  return Status(status.code(), "joining " + job + " failed: " + s.error_message());
+  return Status(status.code(), "joining " + job_text + " failed: " + s.error_message());
 }
 
 // One host's part of the job, as its assignment gave it.
@@ -190,12 +190,12 @@ StatusOr<control::v1::Assignment> JoinHost(ContextImpl::Host& host, const sockad
   host.reader = host.stub->Join(&host.stream, request);
   control::v1::JobEvent first;
   if (!host.reader->Read(&first)) {
-    const Status s = JoinError(host.reader->Finish(), host.job);
+    const Status s = JoinError(host.reader->Finish(), host.job_text);
     host.reader.reset();
     return s;
   }
   if (!first.has_assignment()) {
-    return Status(StatusCode::kInternal, "the switch sent no assignment for " + host.job);
+    return Status(StatusCode::kInternal, "the switch sent no assignment for " + host.job_text);
   }
   const auto& a = first.assignment();
   host.token = a.token();
@@ -204,7 +204,7 @@ StatusOr<control::v1::Assignment> JoinHost(ContextImpl::Host& host, const sockad
       (elements_per_packet != 0 && a.elements_per_packet() != elements_per_packet)) {
     return Status(StatusCode::kInternal, "the switch assigned elements_per_packet=" +
                                              std::to_string(a.elements_per_packet()) + " for " +
-                                             host.job + ", which this worker cannot use");
+                                             host.job_text + ", which this worker cannot use");
   }
   return a;
 }
@@ -236,7 +236,7 @@ StatusOr<uint32_t> JoinHosts(const ContextConfig& config, const std::vector<sock
     if (Status s = TakeAssignment(config, a.value(), controls[h], options, transport, &share);
         !s.ok()) {
       impl.Abandon();
-      return Status(s.code(), s.message() + " (" + host.job + ")");
+      return Status(s.code(), s.message() + " (" + host.job_text + ")");
     }
   }
   return elements_per_packet;
@@ -310,7 +310,7 @@ void LogStart(const ContextImpl& impl, const std::vector<HostShare>& shares,
   ClientLog().info(
       "rank {} of {} in {}: data to {}{} ({} port{}), transport {} (offload: {}), {} elements per "
       "packet, {} slots, {} thread{}, window {}, results by {}, authentication {}",
-      c.rank, c.world_size, impl.job, net::FormatIp(first.data.sin_addr),
+      c.rank, c.world_size, impl.job_text, net::FormatIp(first.data.sin_addr),
       more_hosts > 0 ? " and " + std::to_string(more_hosts) + " more host(s)" : "", ports,
       ports == 1 ? "" : "s", transport, offload, c.elements_per_packet, slots, c.threads,
       c.threads == 1 ? "" : "s",

@@ -85,14 +85,14 @@ void WorkerThread::Stop() {
   }
   // Anything the thread did not take; later submissions fail at once.
   for (Request& r : mailbox_.Close()) {
-    if (r.job) r.job->PartDone(stopped);
+    if (r.work) r.work->PartDone(stopped);
   }
 }
 
 void WorkerThread::Submit(const void* in, void* out, size_t count, DType dtype,
-                          std::shared_ptr<WorkState> job) {
-  if (!mailbox_.Post({in, out, count, dtype, job, Status::Ok()})) {
-    job->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
+                          std::shared_ptr<WorkState> work) {
+  if (!mailbox_.Post({in, out, count, dtype, work, Status::Ok()})) {
+    work->PartDone(Status(StatusCode::kAborted, "the switchml context was stopped"));
   }
 }
 
@@ -102,7 +102,7 @@ void WorkerThread::Fail(const Status& status) {
 
 void WorkerThread::DrainMailbox() {
   for (Request& r : mailbox_.Take()) {
-    if (!r.job) {  // a failure: fails what runs and everything after
+    if (!r.work) {  // a failure: fails what runs and everything after
       if (failure_.ok()) {
         failure_ = r.failure;
         engine_.Fail(failure_);
@@ -110,15 +110,15 @@ void WorkerThread::DrainMailbox() {
       continue;
     }
     if (!failure_.ok()) {
-      r.job->PartDone(failure_);
+      r.work->PartDone(failure_);
       continue;
     }
-    std::shared_ptr<WorkState> job = r.job;
+    std::shared_ptr<WorkState> work = r.work;
     const Nanos started = Now();
     const uint64_t resent = engine_.counters().retransmissions;
     const size_t count = r.count;
     auto id = engine_.Submit(r.in, r.out, r.count, r.dtype,
-                             [this, job, started, resent, count](OpId op, const Status& s) {
+                             [this, work, started, resent, count](OpId op, const Status& s) {
                                PublishCounters();  // a waiter then sees this op's counts
                                if (ClientLog().should_log(spdlog::level::debug)) {
                                  ClientLog().debug(
@@ -128,9 +128,9 @@ void WorkerThread::DrainMailbox() {
                                      double((Now() - started).count()) * 1e-6,
                                      engine_.counters().retransmissions - resent);
                                }
-                               job->PartDone(s);
+                               work->PartDone(s);
                              });
-    if (!id.ok()) job->PartDone(id.status());
+    if (!id.ok()) work->PartDone(id.status());
   }
 }
 

@@ -46,7 +46,8 @@ class WorkerThread {
   void Stop();
 
   // Queues an all-reduce of this thread's slice; `job` hears of its end.
-  void Submit(const void* in, void* out, size_t count, DType dtype, std::shared_ptr<WorkState> job);
+  void Submit(const void* in, void* out, size_t count, DType dtype,
+              std::shared_ptr<WorkState> work);
   // Fails the running and queued operations and every later one.
   void Fail(const Status& status);
 
@@ -62,7 +63,7 @@ class WorkerThread {
     void* out;
     size_t count;
     DType dtype;
-    std::shared_ptr<WorkState> job;  // null: a failure (Fail())
+    std::shared_ptr<WorkState> work;  // null: a failure (Fail())
     Status failure;
   };
   class BatchSink;

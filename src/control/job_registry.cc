@@ -29,44 +29,44 @@ JobRegistry::JobRegistry(const DataPlaneConfig& limits) : limits_(limits) {}
 
 Status JobRegistry::Join(const JobRequest& r) {
   const DataPlaneConfig& limits = limits_;
-  const std::string job = "job " + Quote(r.job_name);
+  const std::string who = "job " + Quote(r.job_name);
   if (r.job_name.empty()) return InvalidArgument("job_name must not be empty");
   if (r.world_size == 0 || r.world_size > limits.max_workers) {
-    return InvalidArgument(job + ": world_size=" + std::to_string(r.world_size) +
+    return InvalidArgument(who + ": world_size=" + std::to_string(r.world_size) +
                            " is out of range; this switch accepts 1.." +
                            std::to_string(limits.max_workers));
   }
   if (r.rank >= r.world_size) {
-    return InvalidArgument(job + ": rank=" + std::to_string(r.rank) +
+    return InvalidArgument(who + ": rank=" + std::to_string(r.rank) +
                            " is out of range for world_size=" + std::to_string(r.world_size));
   }
   if (r.elements_per_packet != 0 && (r.elements_per_packet < kMinElementsPerPacket ||
                                      r.elements_per_packet > limits.max_elements_per_packet)) {
     return InvalidArgument(
-        job + ": elements_per_packet=" + std::to_string(r.elements_per_packet) +
+        who + ": elements_per_packet=" + std::to_string(r.elements_per_packet) +
         " is out of range; this switch accepts " + std::to_string(kMinElementsPerPacket) + ".." +
         std::to_string(limits.max_elements_per_packet) + " (or 0 to let it choose)");
   }
   if (r.elements_per_packet == 0 && limits.max_elements_per_packet < kMinElementsPerPacket) {
-    return InvalidArgument(job + ": this switch carries at most " +
+    return InvalidArgument(who + ": this switch carries at most " +
                            std::to_string(limits.max_elements_per_packet) +
                            " elements per packet, fewer than the " +
                            std::to_string(kMinElementsPerPacket) + " a job needs");
   }
-  if (r.pool_slots == 0) return InvalidArgument(job + ": pool_slots must be at least 1");
+  if (r.pool_slots == 0) return InvalidArgument(who + ": pool_slots must be at least 1");
 
   auto [it, inserted] = jobs_.try_emplace(r.job_name);
-  Job& j = it->second;
+  Entry& j = it->second;
   if (inserted) {
     j.params = r;
     j.joined.assign(r.world_size, false);
   } else if (std::string d = FirstDifference(j.params, r); !d.empty()) {
-    return InvalidArgument(job + ": rank " + std::to_string(r.rank) + "'s " + d +
+    return InvalidArgument(who + ": rank " + std::to_string(r.rank) + "'s " + d +
                            "; every rank must use the same value");
   }
   if (j.joined[r.rank]) {
     return {StatusCode::kAlreadyExists,
-            job + ": rank " + std::to_string(r.rank) +
+            who + ": rank " + std::to_string(r.rank) +
                 " is already registered; each rank must be unique (end the job to re-register)"};
   }
   const uint16_t path_before = j.path_elements;
@@ -85,7 +85,7 @@ Status JobRegistry::Join(const JobRequest& r) {
   return Status::Ok();
 }
 
-uint16_t JobRegistry::ElementsPerPacket(const Job& j) const {
+uint16_t JobRegistry::ElementsPerPacket(const Entry& j) const {
   if (j.params.elements_per_packet != 0) return j.params.elements_per_packet;
   // The largest power of two within every rank's path and the data plane.
   const uint16_t limit = std::min(j.path_elements, limits_.max_elements_per_packet);
@@ -117,12 +117,12 @@ uint32_t JobRegistry::free_slots() const {
   return limits_.pool_slots - used;
 }
 
-Status JobRegistry::Install(Job& j) {
-  const std::string job = "job " + Quote(j.params.job_name);
+Status JobRegistry::Install(Entry& j) {
+  const std::string who = "job " + Quote(j.params.job_name);
   const std::optional<uint32_t> base = AllocateSegment(j.params.pool_slots);
   if (!base) {
     return ResourceExhausted(
-        job + ": the switch's pool has no free segment of " + std::to_string(j.params.pool_slots) +
+        who + ": the switch's pool has no free segment of " + std::to_string(j.params.pool_slots) +
         " slots (" + std::to_string(free_slots()) + " of " + std::to_string(limits_.pool_slots) +
         " free); end other jobs or ask for fewer slots");
   }
@@ -134,7 +134,7 @@ Status JobRegistry::Install(Job& j) {
   }
   const auto free_entry = std::find(taken.begin(), taken.end(), false);
   if (free_entry == taken.end()) {
-    return ResourceExhausted(job + ": the switch already runs its maximum of " +
+    return ResourceExhausted(who + ": the switch already runs its maximum of " +
                              std::to_string(entries) + " jobs; end one first");
   }
   const JobId id(generation_++ * entries + uint32_t(free_entry - taken.begin()));
@@ -148,7 +148,7 @@ Status JobRegistry::InstallShare(const std::string& job_name, uint16_t elements_
   if (it == jobs_.end()) {
     return {StatusCode::kNotFound, "job " + Quote(job_name) + " is not registered"};
   }
-  Job& j = it->second;
+  Entry& j = it->second;
   if (elements_per_packet < kMinElementsPerPacket ||
       elements_per_packet > limits_.max_elements_per_packet) {
     return InvalidArgument("job " + Quote(job_name) + ": the upstream switch chose " +

@@ -80,19 +80,19 @@ class JobRegistry {
   uint32_t free_slots() const;
 
  private:
-  struct Job {
+  struct Entry {
     JobRequest params;  // the first registrant's values (rank ignored)
     std::vector<bool> joined;
     uint16_t joined_count = 0;
     uint16_t path_elements = UINT16_MAX;  // smallest path_elements_per_packet so far
     std::optional<JobAssignment> assignment;
   };
-  Status Install(Job& job);
-  uint16_t ElementsPerPacket(const Job& job) const;
+  Status Install(Entry& job);
+  uint16_t ElementsPerPacket(const Entry& job) const;
   std::optional<uint32_t> AllocateSegment(uint16_t slots) const;
 
   DataPlaneConfig limits_;
-  std::map<std::string, Job> jobs_;
+  std::map<std::string, Entry> jobs_;
   uint32_t generation_ = 1;
 };
 

@@ -79,7 +79,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   Lock lock(mu_);
   auto admitted = AdmitLocked(join);
   if (!admitted.ok()) return ToGrpc(admitted.status());
-  const std::shared_ptr<Job> job = std::move(admitted).value();
+  const std::shared_ptr<JobRecord> job = std::move(admitted).value();
   const uint16_t rank = join.request.rank;
   spdlog::info("job '{}': rank {} joined from {}{}", job->name, rank, req->data_addresses(0),
                upstream_ ? "; forwarding it to the " + upstream_->name() : "");
@@ -87,7 +87,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   return RunJoinLocked(lock, job, join, context, writer);
 }
 
-grpc::Status ControlService::RunJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+grpc::Status ControlService::RunJoinLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
                                            const ParsedJoin& join, grpc::ServerContext* context,
                                            grpc::ServerWriter<JobEvent>* writer) {
   const uint16_t rank = join.request.rank;
@@ -103,11 +103,11 @@ grpc::Status ControlService::RunJoinLocked(Lock& lock, const std::shared_ptr<Job
   return StreamLocked(lock, job, rank, context, writer);
 }
 
-std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& join, bool relayed) {
-  auto job = std::make_shared<Job>();
+std::shared_ptr<ControlService::JobRecord> ControlService::NewJob(const ParsedJoin& join,
+                                                                  bool relayed) {
+  auto job = std::make_shared<JobRecord>();
   const uint16_t world = join.request.world_size;
   job->name = join.request.job_name;
-  job->world_size = world;
   job->threads = uint16_t(join.addresses.size());
   job->addresses.resize(world);
   job->events.resize(world);
@@ -116,7 +116,7 @@ std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& jo
   job->auth_key = join.auth_key;
   if (!join.via_switch.empty()) job->members.emplace().via.resize(world);
   if (relayed) {
-    Job::Relay& relay = job->relay.emplace();
+    JobRecord::Relay& relay = job->relay.emplace();
     relay.calls.resize(world);
     relay.tokens.resize(world);
     relay.done.resize(world);
@@ -124,7 +124,7 @@ std::shared_ptr<ControlService::Job> ControlService::NewJob(const ParsedJoin& jo
   return job;
 }
 
-Status ControlService::CheckFitsJob(const Job& job, const ParsedJoin& join) {
+Status ControlService::CheckFitsJob(const JobRecord& job, const ParsedJoin& join) {
   const std::string who = "job '" + job.name + "': rank " + std::to_string(join.request.rank);
   const auto threads = uint16_t(join.addresses.size());
   if (job.threads != threads) {
@@ -149,13 +149,14 @@ Status ControlService::CheckFitsJob(const Job& job, const ParsedJoin& join) {
   return Status::Ok();
 }
 
-StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const ParsedJoin& join) {
+StatusOr<std::shared_ptr<ControlService::JobRecord>> ControlService::AdmitLocked(
+    const ParsedJoin& join) {
   const std::string& name = join.request.job_name;
   const uint16_t rank = join.request.rank;
-  std::shared_ptr<Job>& entry = jobs_[name];
+  std::shared_ptr<JobRecord>& entry = jobs_[name];
   const bool created = entry == nullptr;
   if (created) entry = NewJob(join, upstream_ != nullptr);
-  const std::shared_ptr<Job> job = entry;
+  const std::shared_ptr<JobRecord> job = entry;
   Status status = CheckFitsJob(*job, join);
   if (status.ok()) status = registry_.Join(join.request);
   if (!status.ok()) {
@@ -181,15 +182,15 @@ StatusOr<std::shared_ptr<ControlService::Job>> ControlService::AdmitLocked(const
   return job;
 }
 
-Status ControlService::GroupMembersLocked(Job& job, JobInstall& install) {
+Status ControlService::GroupMembersLocked(JobRecord& job, JobInstall& install) {
   // Members in the order of their lowest rank; a member's ranks must all
   // have given its same data sockets.
-  Job::Members& m = *job.members;
+  JobRecord::Members& m = *job.members;
   std::map<std::string, uint16_t> index;
-  m.member_of.assign(job.world_size, 0);
+  m.member_of.assign(job.world_size(), 0);
   m.of_member.clear();
   install.addresses.clear();
-  for (uint16_t r = 0; r < job.world_size; ++r) {
+  for (uint16_t r = 0; r < job.world_size(); ++r) {
     const auto [it, added] = index.try_emplace(m.via[r], uint16_t(index.size()));
     if (added) {
       m.of_member.emplace_back();
@@ -212,7 +213,8 @@ Status ControlService::GroupMembersLocked(Job& job, JobInstall& install) {
   return Status::Ok();
 }
 
-Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, JobInstall install) {
+Status ControlService::StartLocked(JobRecord& job, const JobAssignment& assignment,
+                                   JobInstall install) {
   install.assignment = assignment;
   install.threads = job.threads;
   install.addresses = job.addresses;
@@ -255,7 +257,7 @@ Status ControlService::StartLocked(Job& job, const JobAssignment& assignment, Jo
   return Status::Ok();
 }
 
-grpc::Status ControlService::AwaitStartLocked(Lock& lock, const std::shared_ptr<Job>& job,
+grpc::Status ControlService::AwaitStartLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
                                               uint16_t rank, std::chrono::milliseconds timeout,
                                               grpc::ServerContext* context) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -271,8 +273,8 @@ grpc::Status ControlService::AwaitStartLocked(Lock& lock, const std::shared_ptr<
         list += (i ? ", " : "") + std::to_string(missing[i]);
       }
       const std::string reason = "job '" + job->name + "': only " +
-                                 std::to_string(job->world_size - missing.size()) + " of " +
-                                 std::to_string(job->world_size) + " ranks joined within " +
+                                 std::to_string(job->world_size() - missing.size()) + " of " +
+                                 std::to_string(job->world_size()) + " ranks joined within " +
                                  std::to_string(timeout.count()) + " ms; missing rank(s) " + list;
       EndLocked(job, -1, reason);
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, reason);
@@ -283,7 +285,7 @@ grpc::Status ControlService::AwaitStartLocked(Lock& lock, const std::shared_ptr<
   return grpc::Status::OK;
 }
 
-JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
+JobEvent ControlService::AssignmentEvent(const JobRecord& job, uint16_t rank) const {
   JobEvent first;
   auto* a = first.mutable_assignment();
   a->set_job_id(job.assignment->id.value());
@@ -301,7 +303,7 @@ JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
   a->set_token(job.tokens[rank]);
   a->set_auth_salt(job.auth_salt);
   if (job.members) {
-    const Job::Members& m = *job.members;
+    const JobRecord::Members& m = *job.members;
     a->set_member(m.member_of[rank]);
     a->set_members(uint32_t(m.of_member.size()));
     for (uint16_t r : m.of_member[m.member_of[rank]]) a->add_member_ranks(r);
@@ -309,7 +311,7 @@ JobEvent ControlService::AssignmentEvent(const Job& job, uint16_t rank) const {
   return first;
 }
 
-grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<Job>& job,
+grpc::Status ControlService::StreamLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
                                           uint16_t rank, grpc::ServerContext* context,
                                           grpc::ServerWriter<JobEvent>* writer) {
   std::deque<JobEvent> outgoing{AssignmentEvent(*job, rank)};
@@ -359,7 +361,7 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
       return grpc::Status(grpc::StatusCode::NOT_FOUND,
                           "no job '" + req->job_name().substr(0, 64) + "'");
     }
-    const std::shared_ptr<Job> job = it->second;
+    const std::shared_ptr<JobRecord> job = it->second;
     if (req->rank() >= job->tokens.size() || job->tokens[req->rank()] != req->token() ||
         req->token() == 0) {
       return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
@@ -400,7 +402,7 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
   return grpc::Status::OK;
 }
 
-grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
                                              const control::v1::JoinRequest& request, uint16_t rank,
                                              grpc::ServerContext* context,
                                              grpc::ServerWriter<JobEvent>* writer) {
@@ -439,14 +441,14 @@ grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<J
   return status;
 }
 
-Status ControlService::StartShareLocked(Job& job, const control::v1::Assignment& up) {
+Status ControlService::StartShareLocked(JobRecord& job, const control::v1::Assignment& up) {
   const std::string where = "job '" + job.name + "' (" + upstream_->name() + ")";
   if (up.members() == 0 || up.member() >= up.members() || up.member_ranks_size() == 0) {
     return Status(StatusCode::kInternal, where + ": the assignment names no member");
   }
   JobInstall install;
   for (uint32_t r : up.member_ranks()) {
-    if (r >= job.world_size || job.addresses[r].empty()) {
+    if (r >= job.world_size() || job.addresses[r].empty()) {
       return Status(StatusCode::kInternal, where + ": it lists rank " + std::to_string(r) +
                                                ", which did not join this switch");
     }
@@ -471,7 +473,7 @@ Status ControlService::StartShareLocked(Job& job, const control::v1::Assignment&
   return StartLocked(job, assignment, std::move(install));
 }
 
-void ControlService::RelayUpstream(std::shared_ptr<Job> job, uint16_t rank,
+void ControlService::RelayUpstream(std::shared_ptr<JobRecord> job, uint16_t rank,
                                    std::shared_ptr<UpstreamCall> call) {
   JobEvent event;
   while (call->Read(&event)) {
@@ -492,7 +494,7 @@ void ControlService::RelayUpstream(std::shared_ptr<Job> job, uint16_t rank,
   changed_.notify_all();
 }
 
-void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
+void ControlService::EndLocked(const std::shared_ptr<JobRecord>& job, int lost_rank,
                                const std::string& reason) {
   if (job->ended) return;
   job->ended = true;
@@ -525,16 +527,16 @@ void ControlService::EndLocked(const std::shared_ptr<Job>& job, int lost_rank,
 
 void ControlService::EndAll(const std::string& reason) {
   std::lock_guard lock(mu_);
-  std::vector<std::shared_ptr<Job>> all;
+  std::vector<std::shared_ptr<JobRecord>> all;
   for (auto& [name, job] : jobs_) all.push_back(job);
   for (auto& job : all) EndLocked(job, -1, reason);
 }
 
-control::v1::JobStats ControlService::JobStatsLocked(const Job& job,
+control::v1::JobStats ControlService::JobStatsLocked(const JobRecord& job,
                                                      const DataPlaneCounters& counters) const {
   control::v1::JobStats j;
   j.set_job_name(job.name);
-  j.set_world_size(job.world_size);
+  j.set_world_size(job.world_size());
   j.set_joined(job.joined());
   j.set_active(job.assignment.has_value() && !job.ended);
   if (job.assignment) {
@@ -548,7 +550,7 @@ control::v1::JobStats ControlService::JobStatsLocked(const Job& job,
   return j;
 }
 
-void ControlService::KeepEndedLocked(const Job& job) {
+void ControlService::KeepEndedLocked(const JobRecord& job) {
   if (job_stats_grace_.count() <= 0) return;
   // Its last counters, before the target forgets the job. A target that
   // counts all jobs together (a P4 switch) has none to keep.

@@ -7,8 +7,8 @@
 // A Join runs parse -> admit -> start (the last rank installs the job) ->
 // barrier -> stream; each step is its own function below. In a tree
 // (docs/design.md §10) the same service is a root, whose job record holds its
-// members (Job::Members), or a rack switch, whose record holds the joins it
-// relays upstream (Job::Relay); a standalone switch's jobs have neither.
+// members (JobRecord::Members), or a rack switch, whose record holds the joins it
+// relays upstream (JobRecord::Relay); a standalone switch's jobs have neither.
 #pragma once
 
 #include <algorithm>
@@ -58,9 +58,8 @@ class ControlService final : public control::v1::Control::Service {
 
  private:
   // One job name's registration, shared by its ranks' Join handlers.
-  struct Job {
+  struct JobRecord {
     std::string name;
-    uint16_t world_size = 0;
     uint16_t threads = 0;
     std::vector<std::vector<sockaddr_in>> addresses;  // per rank, per thread
     std::optional<JobAssignment> assignment;          // set once installed
@@ -97,7 +96,9 @@ class ControlService final : public control::v1::Control::Service {
       bool ended_upstream = false;  // the upstream switch ended it
     };
     std::optional<Relay> relay;  // set: this switch serves a share of the job
-    // The ranks that joined here (in a tree: this rack switch's share).
+    // The job's ranks (its per-rank records' size), and those that joined
+    // here (in a tree: this rack switch's share).
+    uint16_t world_size() const { return uint16_t(addresses.size()); }
     uint16_t joined() const {
       return uint16_t(std::count_if(addresses.begin(), addresses.end(),
                                     [](const auto& a) { return !a.empty(); }));
@@ -108,53 +109,55 @@ class ControlService final : public control::v1::Control::Service {
   // Admits one rank into its job (creating the job for the first): checks it
   // against the job's other ranks and registers it. A refusal of a job that
   // waits at its barrier ends it, so the other ranks fail at once.
-  StatusOr<std::shared_ptr<Job>> AdmitLocked(const ParsedJoin& join);
+  StatusOr<std::shared_ptr<JobRecord>> AdmitLocked(const ParsedJoin& join);
   // The record of a job whose first rank is `join`.
   // `relayed`: this switch forwards the job's joins upstream.
-  static std::shared_ptr<Job> NewJob(const ParsedJoin& join, bool relayed);
+  static std::shared_ptr<JobRecord> NewJob(const ParsedJoin& join, bool relayed);
   // Whether the rank fits the job its first rank made: the same threads,
   // secret, and way of joining (directly or through rack switches).
-  static Status CheckFitsJob(const Job& job, const ParsedJoin& join);
+  static Status CheckFitsJob(const JobRecord& job, const ParsedJoin& join);
   // Once every rank is in: installs the job on the target and wakes the
   // barrier. On failure the job ends, naming the cause.
   // `install` may carry a rack switch's share of a tree's job.
-  Status StartLocked(Job& job, const JobAssignment& assignment, JobInstall install = {});
+  Status StartLocked(JobRecord& job, const JobAssignment& assignment, JobInstall install = {});
   // A tree's root: the members (rack switches) of a job whose ranks joined
   // through them, and the install of its members' addresses.
-  Status GroupMembersLocked(Job& job, JobInstall& install);
+  Status GroupMembersLocked(JobRecord& job, JobInstall& install);
   // The rest of a join once admitted: a standalone switch or a tree's root
   // starts the job when its last rank is in, waits at the barrier and streams.
-  grpc::Status RunJoinLocked(Lock& lock, const std::shared_ptr<Job>& job, const ParsedJoin& join,
-                             grpc::ServerContext* context,
+  grpc::Status RunJoinLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
+                             const ParsedJoin& join, grpc::ServerContext* context,
                              grpc::ServerWriter<control::v1::JobEvent>* writer);
   // A rack switch forwards the join upstream, whose barrier is the job's,
   // installs its share at the first assignment, and relays the upstream's
   // events while it streams its own.
-  grpc::Status RelayJoinLocked(Lock& lock, const std::shared_ptr<Job>& job,
+  grpc::Status RelayJoinLocked(Lock& lock, const std::shared_ptr<JobRecord>& job,
                                const control::v1::JoinRequest& request, uint16_t rank,
                                grpc::ServerContext* context,
                                grpc::ServerWriter<control::v1::JobEvent>* writer);
   // Installs this rack switch's share of the job the upstream assigned.
-  Status StartShareLocked(Job& job, const control::v1::Assignment& upstream);
+  Status StartShareLocked(JobRecord& job, const control::v1::Assignment& upstream);
   // Relays one forwarded rank's upstream events into the job until the
   // upstream stream ends.
-  void RelayUpstream(std::shared_ptr<Job> job, uint16_t rank, std::shared_ptr<UpstreamCall> call);
+  void RelayUpstream(std::shared_ptr<JobRecord> job, uint16_t rank,
+                     std::shared_ptr<UpstreamCall> call);
   // Waits until the job started, ended, its deadline passed or the caller left.
-  grpc::Status AwaitStartLocked(Lock& lock, const std::shared_ptr<Job>& job, uint16_t rank,
+  grpc::Status AwaitStartLocked(Lock& lock, const std::shared_ptr<JobRecord>& job, uint16_t rank,
                                 std::chrono::milliseconds timeout, grpc::ServerContext* context);
   // The rank's first event: where to send, and with which settings.
-  control::v1::JobEvent AssignmentEvent(const Job& job, uint16_t rank) const;
+  control::v1::JobEvent AssignmentEvent(const JobRecord& job, uint16_t rank) const;
   // Streams the rank's events until the job ends or the worker goes away.
-  grpc::Status StreamLocked(Lock& lock, const std::shared_ptr<Job>& job, uint16_t rank,
+  grpc::Status StreamLocked(Lock& lock, const std::shared_ptr<JobRecord>& job, uint16_t rank,
                             grpc::ServerContext* context,
                             grpc::ServerWriter<control::v1::JobEvent>* writer);
 
   // Ends `job`: removes it from the target and the registry, tells the other ranks.
-  void EndLocked(const std::shared_ptr<Job>& job, int lost_rank, const std::string& reason);
+  void EndLocked(const std::shared_ptr<JobRecord>& job, int lost_rank, const std::string& reason);
   // The job's line in the stats, with `counters`.
-  control::v1::JobStats JobStatsLocked(const Job& job, const DataPlaneCounters& counters) const;
+  control::v1::JobStats JobStatsLocked(const JobRecord& job,
+                                       const DataPlaneCounters& counters) const;
   // Keeps an ending job's final stats for the grace period.
-  void KeepEndedLocked(const Job& job);
+  void KeepEndedLocked(const JobRecord& job);
 
   // A job that ended, as the stats show it until `until`.
   struct EndedJob {
@@ -167,11 +170,11 @@ class ControlService final : public control::v1::Control::Service {
   const std::chrono::seconds job_stats_grace_;
   std::mutex mu_;
   std::condition_variable changed_;
-  JobRegistry registry_;                              // guarded by mu_
-  std::map<std::string, std::shared_ptr<Job>> jobs_;  // guarded by mu_
-  std::mt19937_64 token_source_;                      // guarded by mu_
-  std::deque<EndedJob> ended_;                        // guarded by mu_, oldest first
-  std::unique_ptr<UpstreamClient> upstream_;          // null: this switch is a root
+  JobRegistry registry_;                                    // guarded by mu_
+  std::map<std::string, std::shared_ptr<JobRecord>> jobs_;  // guarded by mu_
+  std::mt19937_64 token_source_;                            // guarded by mu_
+  std::deque<EndedJob> ended_;                              // guarded by mu_, oldest first
+  std::unique_ptr<UpstreamClient> upstream_;                // null: this switch is a root
 };
 
 }  // namespace switchml
