@@ -44,7 +44,8 @@ void ContextImpl::NameHosts(const std::vector<sockaddr_in>& controls) {
     hosts.back()->job_text =
         "job '" + config.job_name + "' at switch " + net::FormatAddress(control);
   }
-  job_text = "job '" + config.job_name + "' at switch" + (controls.size() > 1 ? "es " : " ") + switches;
+  job_text =
+      "job '" + config.job_name + "' at switch" + (controls.size() > 1 ? "es " : " ") + switches;
 }
 
 Status ContextImpl::StartThreads(const std::vector<sockaddr_in>& destinations) {
