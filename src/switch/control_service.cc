@@ -62,7 +62,7 @@ ControlService::ControlService(DataPlaneTarget* target, bool result_multicast,
       job_stats_grace_(job_stats_grace),
       registry_(target->limits()),
       token_source_(std::random_device{}()),
-      upstream_(std::move(upstream)) {}
+      relay_(upstream ? std::make_unique<UpstreamRelay>(std::move(upstream)) : nullptr) {}
 
 grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v1::JoinRequest* req,
                                   grpc::ServerWriter<JobEvent>* writer) {
@@ -70,7 +70,7 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const ParsedJoin& join = parsed.value();
   if (Status s = target_->CheckJoin(join); !s.ok()) return ToGrpc(s);
-  if (upstream_ && !join.via_switch.empty()) {
+  if (relay_ && !join.via_switch.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "this switch has an upstream switch itself; a tree has two levels: "
                         "point the rack switch " +
@@ -82,8 +82,8 @@ grpc::Status ControlService::Join(grpc::ServerContext* context, const control::v
   const std::shared_ptr<JobRecord> job = std::move(admitted).value();
   const uint16_t rank = join.request.rank;
   spdlog::info("job '{}': rank {} joined from {}{}", job->name, rank, req->data_addresses(0),
-               upstream_ ? "; forwarding it to the " + upstream_->name() : "");
-  if (upstream_) return RelayJoinLocked(lock, job, *req, rank, context, writer);
+               relay_ ? "; forwarding it to the " + relay_->name() : "");
+  if (relay_) return RelayJoinLocked(lock, job, *req, rank, context, writer);
   return RunJoinLocked(lock, job, join, context, writer);
 }
 
@@ -155,7 +155,7 @@ StatusOr<std::shared_ptr<ControlService::JobRecord>> ControlService::AdmitLocked
   const uint16_t rank = join.request.rank;
   std::shared_ptr<JobRecord>& entry = jobs_[name];
   const bool created = entry == nullptr;
-  if (created) entry = NewJob(join, upstream_ != nullptr);
+  if (created) entry = NewJob(join, relay_ != nullptr);
   const std::shared_ptr<JobRecord> job = entry;
   Status status = CheckFitsJob(*job, join);
   if (status.ok()) status = registry_.Join(join.request);
@@ -248,9 +248,9 @@ Status ControlService::StartLocked(JobRecord& job, const JobAssignment& assignme
       "per packet, results by {}",
       job.name, target_->name(), assignment.id.value(), assignment.world_size,
       job.members ? " through " + std::to_string(job.members->of_member.size()) + " rack switches"
-      : upstream_ ? ", " + std::to_string(install.local_ranks.size()) + " here under the " +
-                        upstream_->name()
-                  : "",
+      : relay_
+          ? ", " + std::to_string(install.local_ranks.size()) + " here under the " + relay_->name()
+          : "",
       assignment.pool_slots, assignment.elements_per_packet,
       job.result_groups.empty() ? "unicast" : "multicast");
   changed_.notify_all();
@@ -392,12 +392,8 @@ grpc::Status ControlService::Leave(grpc::ServerContext*, const control::v1::Leav
     }
   }
   // The upstream switch learns it too (a tree), outside the lock.
-  if (upstream_ && upstream_token != 0) {
-    if (Status s = upstream_->Leave(req->job_name(), req->rank(), upstream_token, req->reason());
-        !s.ok()) {
-      spdlog::warn("job '{}': forwarding rank {}'s leave: {}", req->job_name(), req->rank(),
-                   s.message());
-    }
+  if (relay_ && upstream_token != 0) {
+    relay_->Leave(req->job_name(), req->rank(), upstream_token, req->reason());
   }
   return grpc::Status::OK;
 }
@@ -411,7 +407,7 @@ grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<J
   lock.unlock();
   control::v1::Assignment up;
   auto forwarded =
-      upstream_->Join(*context, request, target_->limits().max_elements_per_packet, &up);
+      relay_->Forward(*context, request, target_->limits().max_elements_per_packet, &up);
   lock.lock();
   if (!forwarded.ok()) {
     EndLocked(job, rank, forwarded.status().message());
@@ -442,54 +438,35 @@ grpc::Status ControlService::RelayJoinLocked(Lock& lock, const std::shared_ptr<J
 }
 
 Status ControlService::StartShareLocked(JobRecord& job, const control::v1::Assignment& up) {
-  const std::string where = "job '" + job.name + "' (" + upstream_->name() + ")";
-  if (up.members() == 0 || up.member() >= up.members() || up.member_ranks_size() == 0) {
-    return Status(StatusCode::kInternal, where + ": the assignment names no member");
-  }
-  JobInstall install;
-  for (uint32_t r : up.member_ranks()) {
-    if (r >= job.world_size() || job.addresses[r].empty()) {
-      return Status(StatusCode::kInternal, where + ": it lists rank " + std::to_string(r) +
-                                               ", which did not join this switch");
-    }
-    install.local_ranks.push_back(uint16_t(r));
-  }
-  if (up.elements_per_packet() > UINT16_MAX) {
-    return Status(StatusCode::kInternal, where + ": invalid elements_per_packet");
-  }
+  std::vector<bool> joined_here(job.world_size());
+  for (uint16_t r = 0; r < job.world_size(); ++r) joined_here[r] = !job.addresses[r].empty();
+  auto share = relay_->Share(job.name, joined_here, job.threads, up);
+  if (!share.ok()) return share.status();
   if (Status s = registry_.InstallShare(job.name, uint16_t(up.elements_per_packet())); !s.ok()) {
     return s;
   }
   const JobAssignment assignment = *registry_.Assignment(job.name);
   if (assignment.pool_slots != up.pool_slots()) {
-    return Status(StatusCode::kInternal, where + ": it assigned " +
-                                             std::to_string(up.pool_slots()) + " slots, this " +
+    return Status(StatusCode::kInternal, "job '" + job.name + "' (" + relay_->name() +
+                                             "): it assigned " + std::to_string(up.pool_slots()) +
+                                             " slots, this " +
                                              std::to_string(assignment.pool_slots));
   }
-  auto addresses = upstream_->DataAddresses(up, job.threads);
-  if (!addresses.ok()) return addresses.status();
-  install.upstream = JobInstall::Upstream{JobId(up.job_id()), uint16_t(up.member()),
-                                          std::move(addresses).value(), "", up.auth_salt()};
-  return StartLocked(job, assignment, std::move(install));
+  return StartLocked(job, assignment, std::move(share).value());
 }
 
 void ControlService::RelayUpstream(std::shared_ptr<JobRecord> job, uint16_t rank,
                                    std::shared_ptr<UpstreamCall> call) {
-  JobEvent event;
-  while (call->Read(&event)) {
-    if (!event.has_rank_lost()) continue;
+  const Status end = relay_->Relay(*call, [&](int lost_rank, const std::string& reason) {
     Lock lock(mu_);
     job->relay->ended_upstream = true;
-    const uint32_t lost = event.rank_lost().rank();
-    EndLocked(job, lost == ~0u ? -1 : int(lost),
-              "the " + upstream_->name() + " ended the job: " + event.rank_lost().reason());
-  }
-  const Status end = call->Finish();
+    EndLocked(job, lost_rank, reason);
+  });
   Lock lock(mu_);
   job->relay->done[rank] = true;
   if (!job->ended) {
     job->relay->ended_upstream = true;
-    EndLocked(job, -1, "lost the " + upstream_->name() + ": " + end.message());
+    EndLocked(job, -1, "lost the " + relay_->name() + ": " + end.message());
   }
   changed_.notify_all();
 }

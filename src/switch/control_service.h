@@ -26,7 +26,7 @@
 #include "control/job_registry.h"
 #include "switch/data_plane_target.h"
 #include "switch/join_request.h"
-#include "switch/upstream_client.h"
+#include "switch/upstream_relay.h"
 #include "switchml/control.grpc.pb.h"
 
 namespace switchml {
@@ -174,7 +174,7 @@ class ControlService final : public control::v1::Control::Service {
   std::map<std::string, std::shared_ptr<JobRecord>> jobs_;  // guarded by mu_
   std::mt19937_64 token_source_;                            // guarded by mu_
   std::deque<EndedJob> ended_;                              // guarded by mu_, oldest first
-  std::unique_ptr<UpstreamClient> upstream_;                // null: this switch is a root
+  std::unique_ptr<UpstreamRelay> relay_;                    // null: no upstream switch
 };
 
 }  // namespace switchml
