@@ -93,7 +93,7 @@ class ControlService final : public control::v1::Control::Service {
       std::vector<std::shared_ptr<UpstreamCall>> calls;
       std::vector<uint64_t> tokens;
       std::vector<bool> done;
-      bool ended_upstream = false;  // the upstream switch ended it
+      bool ended_upstream;  // the upstream switch ended it (false from emplace())
     };
     std::optional<Relay> relay;  // set: this switch serves a share of the job
     // The job's ranks (its per-rank records' size), and those that joined
