@@ -33,7 +33,6 @@ class FrameEndpoint : public Endpoint {
   }
   // Where a send goes: `dest`, or the connected peer.
   const Address& Destination(const Address* dest) const { return dest != nullptr ? *dest : peer_; }
-  const std::string& transport() const { return transport_; }
 
   MacTable macs_;
 
