@@ -9,7 +9,8 @@
 // SWITCHML_PACKET_ELEMENTS (SWITCHML_K unless the program processes larger
 // packets in several passes, as the TNA one can); ingress validates every
 // other field and counts what it drops. A packet too short for the switchml
-// header leaves a parser error that ingress counts as malformed.
+// header leaves a parser error that ingress counts as malformed. Define
+// SWITCHML_PARSE_HEADERS_ONLY to stop after the switchml header.
 
 state parse_ethernet {
     pkt.extract(hdr.ethernet);
@@ -41,6 +42,14 @@ state parse_udp {
     }
 }
 
+#ifdef SWITCHML_PARSE_HEADERS_ONLY
+// A parser that only rewrites headers (TNA egress) leaves the values as
+// payload: Tofino 1's egress parser reaches 160 bytes into a packet.
+state parse_switchml {
+    pkt.extract(hdr.switchml);
+    transition accept;
+}
+#else
 state parse_switchml {
     pkt.extract(hdr.switchml);
     transition select(hdr.switchml.element_count) {
@@ -53,3 +62,4 @@ state parse_data {
     pkt.extract(hdr.data);
     transition accept;
 }
+#endif

@@ -3,13 +3,13 @@
 // The pipeline of p4/v1model/switchml.p4 within Tofino's constraints: every
 // register is touched at most once per pass, by one RegisterAction chosen
 // from what earlier stages decided. Headers, constants and parser states are
-// shared with the v1model program (p4/common/). This program cannot be
-// compiled without Intel's SDE (bf-p4c); p4/README.md lists how to build it,
-// the stage budget, and where it differs from the software data plane.
+// shared with the v1model program (p4/common/). p4c's Tofino backend
+// compiles it; it does not fit a pipe yet: p4/README.md, "Through the Tofino
+// compiler", has the stages each build needs and why.
 //
-// Build (SDE 9.x): bf-p4c --target tofino2 --arch t2na -I p4/common \
-//                  -o build/switchml_tna p4/tna/switchml.p4
-// Tofino 1 (12 stages) fits 32 elements per pass: add -DSWITCHML_K=32.
+// Build: p4c --target tofino2 --arch t2na -I p4/common -o build/switchml_tna \
+//            p4/tna/switchml.p4
+// Tofino 1: --target tofino --arch tna -DSWITCHML_K=32.
 //
 // Larger packets: -DSWITCHML_PASS_BITS=b makes a packet SWITCHML_K * 2^b
 // elements, aggregated in 2^b passes through the pipe (recirculation):
@@ -38,6 +38,8 @@
 // Register entries: two versions of every slot, one bank per pass.
 #define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS * SWITCHML_PASSES)
 #define LAST_GROUP ((bit<8>)(SWITCHML_PASSES - 1))
+// Register indices: POOL_ENTRIES <= 2 * 512 slots * 8 passes.
+typedef bit<16> slot_index_t;
 
 // The recirculation port of the pipe that serves the workers (Tofino 1
 // pipe 0: 68; check the SDE's port map for others). Used only when
@@ -69,30 +71,51 @@ struct tna_headers_t {
 #define ACC_ADD 2w2     // later contribution: add, return the sum
 #define ACC_READ 2w3    // retransmission to a complete slot: return the result
 
-// The contribute register's answer for a chunk older than the slot's.
-#define SEEN_STALE 32w0xFFFFFFFF
+// Workers per job: a slot's seen-bitmap is one 32-bit word.
+#define SWITCHML_MAX_RANKS 32
 
 struct metadata_t {
-    bit<8>  drop_reason;
-    bit<1>  job_known;
-    bit<1>  sender_ok;
+    bit<8> drop_reason;
+    bit<1> for_switch;            // the aggregation endpoint's address and port
+    bit<1> readout;               // a read-out pass: read bank `group` into hdr.data
+    bit<1> go;                    // the checks passed: the slot-state stages act
+    bit<1> job_known;
+    bit<1> sender_ok;
     bit<16> world_size;
-    bit<32> pool_base;
+    slot_index_t pool_base;
     bit<16> pool_slots;
     bit<16> slot_lo;
     bit<16> slot_hi;
     bit<16> result_group;
     bit<48> switch_mac;
-    bit<32> index;          // register index: version * POOL + pool slot
+    slot_index_t index;           // register index: the job's base for (version, bank) + slot
     bit<32> rank_bit;
-    bit<32> seen_before;    // the slot's bitmap before this packet
+    bit<32> seen_before;          // the slot's bitmap before this packet
+    bit<32> rank_seen;            // seen_before & rank_bit: a retransmission
+    bit<32> stale;                // 1: the chunk is older than the slot's
     bit<16> remaining_before;
-    bit<2>  acc_op;
-    bit<16> auth_bytes;
-    bit<16> expected_udp_length;
-    bit<8>  group;          // register bank of this pass (0 without recirculation)
-    bit<1>  readout;        // a read-out pass: read bank `group` into hdr.data
+    bit<2> acc_op;
+    bit<8> group;                 // register bank of this pass (0 without recirculation)
     bit<16> sender_port;
+    bit<1> bad_parse;             // decode checks, one flag per test
+    bit<1> bad_version;
+    bit<1> bad_type;
+    bit<1> bad_flags;
+    bit<1> not_contribution;
+    bit<1> exponent_finite;       // exponent != the non-finite marker
+    bit<1> next_exponent_finite;
+    bit<16> udp_payload;          // UDP length - headers (and tag)
+    bit<16> value_bytes;          // element_count * 4
+    bit<16> length_error;         // udp_payload - value_bytes: 0 when consistent
+    bit<16> exponent_biased;      // exponent + 126
+    bit<16> next_exponent_biased;
+    bit<16> count_excess;         // sign bit: element_count > SWITCHML_MAX_ELEMENTS
+    bit<16> exponent_excess;      // sign bit: exponent + 126 > 254
+    bit<16> next_exponent_excess;
+    bit<16> rank_vs_world;        // sign bit: rank < world size
+    bit<16> slot_vs_pool;         // sign bit: slot < pool slots
+    bit<16> slot_vs_lo;           // sign bit: slot < the sender's first slot
+    bit<16> slot_vs_hi;           // sign bit: slot < the sender's end slot
 }
 
 // One 64-bit register entry: a slot version's chunk id and seen-bitmap.
@@ -101,10 +124,18 @@ struct chunk_seen_t {
     bit<32> seen;
 }
 
+// One 64-bit accumulator entry: two elements' sums.
+struct element_pair_t {
+    bit<32> lo;
+    bit<32> hi;
+}
+
 // ----------------------------------------------------------------------------
 // Ingress
 
-#define METADATA_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ACC_NONE, 0, 0, 0, 0, 0}
+#define METADATA_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                       ACC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                       0, 0, 0}
 
 parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_t md,
                              out ingress_intrinsic_metadata_t ig_intr_md) {
@@ -139,31 +170,73 @@ parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_
 #include "parser_states.p4"
 }
 
-// The slot pool. Unlike v1model, a slot's seen-bitmap lives with its chunk
-// id in one 64-bit register (one access decides retransmission, staleness
-// and a new aggregation); a new chunk resets the bitmap instead of clearing
-// the sender's bit in the other version. The two are equivalent for workers
-// that follow the protocol (p4/README.md, "TNA differences").
+// The slot pool: what the packet does to its slot, once the checks passed.
+// Each register is touched by one RegisterAction per pass, chosen by what
+// the stages before decided: the chunk id and seen-bitmap (retransmission,
+// staleness, a new aggregation), the missing contributions, the exponent
+// maximum, then the accumulators. A new chunk resets the bitmap instead of
+// clearing the sender's bit in the other version; for workers that follow
+// the protocol the two are the same (p4/README.md, "TNA differences").
 control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
-    Register<chunk_seen_t, bit<32>>(POOL_ENTRIES) slot_chunk_seen;
-    RegisterAction<chunk_seen_t, bit<32>, bit<32>>(slot_chunk_seen) contribute = {
-        void apply(inout chunk_seen_t value, out bit<32> seen_before) {
+#if __TARGET_TOFINO__ >= 2
+    // Tofino 2: one access to a 64-bit entry (chunk id, bitmap) returns the
+    // old bitmap and the staleness on two outputs.
+    Register<chunk_seen_t, slot_index_t>(POOL_ENTRIES) slot_chunk_seen;
+    RegisterAction<chunk_seen_t, slot_index_t, bit<32>>(slot_chunk_seen) contribute = {
+        void apply(inout chunk_seen_t value, out bit<32> seen_before, out bit<32> stale) {
             if (value.chunk == hdr.switchml.chunk) {
                 seen_before = value.seen;
                 value.seen = value.seen | md.rank_bit;
             } else if ((int<32>)(hdr.switchml.chunk - value.chunk) > 0) {
-                seen_before = 0;  // a newer chunk starts a new aggregation
-                value.chunk = hdr.switchml.chunk;
+                value.chunk = hdr.switchml.chunk;  // a newer chunk starts a new aggregation
                 value.seen = md.rank_bit;
             } else {
-                seen_before = SEEN_STALE;
+                stale = 1;
             }
         }
     };
+#else
+    // Tofino 1 returns one value per access: the chunk id's register says
+    // which case holds (one-hot: 1 stale, 2 same chunk, 4 newer chunk), and
+    // the next stage's bitmap register acts on it.
+    Register<bit<32>, slot_index_t>(POOL_ENTRIES) slot_chunk;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(slot_chunk) classify_chunk = {
+        void apply(inout bit<32> value, out bit<32> which) {
+            which = this.predicate(value == hdr.switchml.chunk,
+                                   (int<32>)(hdr.switchml.chunk - value) > 0);
+            if ((int<32>)(hdr.switchml.chunk - value) > 0) {
+                value = hdr.switchml.chunk;
+            }
+        }
+    };
+    Register<bit<32>, slot_index_t>(POOL_ENTRIES) slot_seen;
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(slot_seen) seen_add = {
+        void apply(inout bit<32> value, out bit<32> seen_before) {
+            seen_before = value;
+            value = value | md.rank_bit;
+        }
+    };
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(slot_seen) seen_start = {
+        void apply(inout bit<32> value) {
+            value = md.rank_bit;
+        }
+    };
+#endif
+
+    // Tables of one action: a table keeps the midend from folding the AND
+    // into the gateways that read it (a gateway only compares).
+    action test_rank_seen() {
+        md.rank_seen = md.seen_before & md.rank_bit;
+    }
+    table rank_seen {
+        actions = { test_rank_seen; }
+        const default_action = test_rank_seen();
+        size = 1;
+    }
 
     // Contributions still missing; 0 = idle or complete.
-    Register<bit<16>, bit<32>>(POOL_ENTRIES) slot_remaining;
-    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_remaining) count = {
+    Register<bit<16>, slot_index_t>(POOL_ENTRIES) slot_remaining;
+    RegisterAction<bit<16>, slot_index_t, bit<16>>(slot_remaining) count = {
         void apply(inout bit<16> value, out bit<16> before) {
             before = value;
             if (value == 0) {
@@ -173,20 +246,20 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
             }
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_remaining) peek = {
+    RegisterAction<bit<16>, slot_index_t, bit<16>>(slot_remaining) peek = {
         void apply(inout bit<16> value, out bit<16> before) {
             before = value;
         }
     };
 
-    Register<bit<16>, bit<32>>(POOL_ENTRIES) slot_max_next_exponent;
-    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_first = {
+    Register<bit<16>, slot_index_t>(POOL_ENTRIES) slot_max_next_exponent;
+    RegisterAction<bit<16>, slot_index_t, bit<16>>(slot_max_next_exponent) exponent_first = {
         void apply(inout bit<16> value, out bit<16> result) {
             value = hdr.switchml.next_exponent;
             result = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_max = {
+    RegisterAction<bit<16>, slot_index_t, bit<16>>(slot_max_next_exponent) exponent_max = {
         void apply(inout bit<16> value, out bit<16> result) {
             if ((int<16>)hdr.switchml.next_exponent > (int<16>)value) {
                 value = hdr.switchml.next_exponent;
@@ -194,69 +267,119 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
             result = value;
         }
     };
-    RegisterAction<bit<16>, bit<32>, bit<16>>(slot_max_next_exponent) exponent_read = {
+    RegisterAction<bit<16>, slot_index_t, bit<16>>(slot_max_next_exponent) exponent_read = {
         void apply(inout bit<16> value, out bit<16> result) {
             result = value;
         }
     };
 
-    // One register per element: SWITCHML_K / 4 stages of stateful ALUs.
+    // The accumulators: one RegisterAction each, chosen by nothing but
+    // acc_op (a store for the first contribution, else an addition; a read
+    // adds the zeros that read_result() put in the packet), so that each
+    // register is one table.
+    action read_result() {
+        hdr.data.setValid();
+#define ZERO(i) hdr.data.d##i = 0;
+        SWITCHML_FOR_EACH_ELEMENT(ZERO)
+#undef ZERO
+    }
+    table zero_values {
+        actions = { read_result; }
+        const default_action = read_result();
+        size = 1;
+    }
+#if __TARGET_TOFINO__ >= 2
+    // Two elements per 64-bit entry: a Tofino 2 stateful ALU returns both
+    // halves, so a stage's four ALUs sum 8 elements.
+#define ACC(a, b)                                                                 \
+    Register<element_pair_t, slot_index_t>(POOL_ENTRIES) acc_##a;                 \
+    RegisterAction<element_pair_t, slot_index_t, bit<32>>(acc_##a) acc_update_##a = { \
+        void apply(inout element_pair_t value, out bit<32> sum_a, out bit<32> sum_b) { \
+            if (md.acc_op == ACC_WRITE) {                                         \
+                value.lo = hdr.data.d##a;                                         \
+                value.hi = hdr.data.d##b;                                         \
+            } else {                                                              \
+                value.lo = value.lo + hdr.data.d##a;                              \
+                value.hi = value.hi + hdr.data.d##b;                              \
+            }                                                                     \
+            sum_a = value.lo;                                                     \
+            sum_b = value.hi;                                                     \
+        }                                                                         \
+    };
+    SWITCHML_FOR_EACH_PAIR(ACC)
+#undef ACC
+#define ACC_APPLY(a, b) hdr.data.d##a = acc_update_##a.execute(md.index, hdr.data.d##b);
+#else
+    // Tofino 1 returns one word per access: one element per register.
 #define ACC(i)                                                                    \
-    Register<bit<32>, bit<32>>(POOL_ENTRIES) acc_##i;                             \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_write_##i = {          \
-        void apply(inout bit<32> value, out bit<32> result) {                     \
-            value = hdr.data.d##i;                                                \
-            result = value;                                                       \
-        }                                                                         \
-    };                                                                            \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_add_##i = {            \
-        void apply(inout bit<32> value, out bit<32> result) {                     \
-            value = value + hdr.data.d##i;                                        \
-            result = value;                                                       \
-        }                                                                         \
-    };                                                                            \
-    RegisterAction<bit<32>, bit<32>, bit<32>>(acc_##i) acc_read_##i = {           \
-        void apply(inout bit<32> value, out bit<32> result) {                     \
-            result = value;                                                       \
+    Register<bit<32>, slot_index_t>(POOL_ENTRIES) acc_##i;                        \
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(acc_##i) acc_update_##i = {    \
+        void apply(inout bit<32> value, out bit<32> sum) {                        \
+            if (md.acc_op == ACC_WRITE) {                                         \
+                value = hdr.data.d##i;                                            \
+            } else {                                                              \
+                value = value + hdr.data.d##i;                                    \
+            }                                                                     \
+            sum = value;                                                          \
         }                                                                         \
     };
     SWITCHML_FOR_EACH_ELEMENT(ACC)
 #undef ACC
+#define ACC_APPLY(i) hdr.data.d##i = acc_update_##i.execute(md.index);
+#endif
 
     apply {
-        if (md.readout == 1) {
-            md.acc_op = ACC_READ;  // a read-out pass touches the accumulators only
-        } else {
-            md.seen_before = contribute.execute(md.index);
-            if (md.seen_before == SEEN_STALE) {
-                md.drop_reason = DROP_STALE_CHUNK;
-            } else if ((md.seen_before & md.rank_bit) != 0) {
-                // A retransmission: answer it, count nothing.
-                md.remaining_before = peek.execute(md.index);
-                if (md.remaining_before == 0) {
-                    md.acc_op = ACC_READ;
-                    hdr.switchml.next_exponent = exponent_read.execute(md.index);
-                }
+        if (md.readout == 0) {
+#if __TARGET_TOFINO__ >= 2
+            md.seen_before = contribute.execute(md.index, md.stale);
+#else
+            bit<32> which = classify_chunk.execute(md.index);
+            if (which == 1) {
+                md.stale = 1;
+            } else if (which == 2) {
+                md.seen_before = seen_add.execute(md.index);
             } else {
-                md.remaining_before = count.execute(md.index);
-                if (md.remaining_before == 0) {
-                    md.acc_op = ACC_WRITE;
-                    hdr.switchml.next_exponent = exponent_first.execute(md.index);
+                seen_start.execute(md.index);
+            }
+#endif
+            rank_seen.apply();
+            if (md.stale == 0) {
+                if (md.rank_seen == 0) {
+                    md.remaining_before = count.execute(md.index);
                 } else {
-                    md.acc_op = ACC_ADD;
-                    hdr.switchml.next_exponent = exponent_max.execute(md.index);
+                    md.remaining_before = peek.execute(md.index);
                 }
             }
         }
-#define ACC_APPLY(i)                                                              \
-        if (md.acc_op == ACC_WRITE) {                                             \
-            hdr.data.d##i = acc_write_##i.execute(md.index);                      \
-        } else if (md.acc_op == ACC_ADD) {                                        \
-            hdr.data.d##i = acc_add_##i.execute(md.index);                        \
-        } else if (md.acc_op == ACC_READ) {                                       \
-            hdr.data.d##i = acc_read_##i.execute(md.index);                       \
+        // The accumulators' action: read for a read-out pass or a
+        // retransmission to a complete slot, write for the first
+        // contribution, add for the others.
+        if (md.readout == 1) {
+            md.acc_op = ACC_READ;
+        } else if (md.stale == 1) {
+            md.drop_reason = DROP_STALE_CHUNK;
+        } else if (md.rank_seen != 0) {
+            if (md.remaining_before == 0) {
+                md.acc_op = ACC_READ;
+                hdr.switchml.next_exponent = exponent_read.execute(md.index);
+            }
+        } else if (md.remaining_before == 0) {
+            md.acc_op = ACC_WRITE;
+            hdr.switchml.next_exponent = exponent_first.execute(md.index);
+        } else {
+            md.acc_op = ACC_ADD;
+            hdr.switchml.next_exponent = exponent_max.execute(md.index);
         }
-        SWITCHML_FOR_EACH_ELEMENT(ACC_APPLY)
+        if (md.acc_op == ACC_READ) {
+            zero_values.apply();
+        }
+        if (md.acc_op != ACC_NONE) {
+#if __TARGET_TOFINO__ >= 2
+            SWITCHML_FOR_EACH_PAIR(ACC_APPLY)
+#else
+            SWITCHML_FOR_EACH_ELEMENT(ACC_APPLY)
+#endif
+        }
 #undef ACC_APPLY
     }
 }
@@ -278,6 +401,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
     }
 
     action set_endpoint(bit<48> switch_mac) {
+        md.for_switch = 1;
         md.switch_mac = switch_mac;
     }
     table switchml_endpoint {
@@ -287,14 +411,23 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         size = 16;
     }
 
-    action set_job(bit<16> world_size, bit<32> pool_base, bit<16> pool_slots) {
+    action set_job(bit<16> world_size, slot_index_t pool_base, bit<16> pool_slots) {
         md.job_known = 1;
         md.world_size = world_size;
         md.pool_base = pool_base;
         md.pool_slots = pool_slots;
     }
+    // One entry per (job, slot version, register bank): pool_base is the
+    // register index of that version's and bank's first slot of the job's
+    // pool segment, so that a slot's index takes one addition.
     table switchml_jobs {
-        key = { hdr.switchml.job: exact; }
+        key = {
+            hdr.switchml.job: exact;
+            hdr.switchml.flags[0:0]: exact @name("version");
+#if SWITCHML_PASS_BITS > 0
+            md.group: exact @name("bank");
+#endif
+        }
         actions = { set_job; NoAction; }
         default_action = NoAction();
         size = SWITCHML_MAX_JOBS;
@@ -406,27 +539,142 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         ig_tm_md.ucast_egress_port = SWITCHML_RECIRC_PORT;
     }
     // A result leaves: to every worker (the group's replicas) or to the sender.
-    action send_result(bit<8> to_all) {
+    // (Tofino actions branch on nothing but action data: one action each.)
+    action send_result_to_all() {
         hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
-        if (to_all == 1) {
-            hdr.switchml.rank = SWITCHML_ALL_RANKS;
-            ig_tm_md.mcast_grp_a = md.result_group;
-        } else {
-            ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
-        }
+        hdr.switchml.rank = SWITCHML_ALL_RANKS;
+        ig_tm_md.mcast_grp_a = md.result_group;
+        answer_from_endpoint();
+    }
+    action send_result_to_sender() {
+        hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+        ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
         answer_from_endpoint();
     }
 
-    // Table lookups shared by every pass of an aggregation packet.
-    action index_of_slot() {
-        md.index = md.pool_base + (bit<32>)hdr.switchml.slot;
-        if ((hdr.switchml.flags & SWITCHML_FLAG_VERSION) != 0) {
-            md.index = md.index + SWITCHML_POOL_SLOTS;
+    // The arithmetic the checks compare, in tables of one action each: a
+    // Tofino action does one operation per field, a gateway only compares,
+    // and a table keeps the midend from folding a result back into the
+    // comparison (or into a register's address, which a stateful ALU takes
+    // from a field or a hash, not from a sum).
+    // minus_header_bytes: the UDP, switchml (and tag) header bytes, negated
+    // (a subtraction takes its second operand from the packet or metadata).
+    action header_sums(bit<16> minus_header_bytes) {
+        md.udp_payload = hdr.udp.length + minus_header_bytes;
+        md.value_bytes = hdr.switchml.element_count << 2;
+        md.count_excess = SWITCHML_MAX_ELEMENTS - hdr.switchml.element_count;
+        md.exponent_biased = hdr.switchml.exponent + 126;
+        md.next_exponent_biased = hdr.switchml.next_exponent + 126;
+    }
+    table header_arithmetic {
+        key = { hdr.switchml.flags[1:1]: exact @name("authenticated"); }
+        actions = { header_sums; }
+        const entries = {
+            0: header_sums(16w0 - (8 + SWITCHML_HEADER_BYTES));
+            1: header_sums(16w0 - (8 + SWITCHML_HEADER_BYTES + SWITCHML_AUTH_TAG_BYTES));
         }
-        md.index = (md.index << SWITCHML_PASS_BITS) + (bit<32>)md.group;
+        size = 2;
+    }
+    // Differences whose sign bit (15) is a range test, exact where both
+    // values are below 2^15: the checks test the operands' top bits too.
+    action job_differences() {
+        md.length_error = md.udp_payload - md.value_bytes;
+        md.exponent_excess = 254 - md.exponent_biased;
+        md.next_exponent_excess = 254 - md.next_exponent_biased;
+        md.rank_vs_world = hdr.switchml.rank - md.world_size;
+        md.slot_vs_pool = hdr.switchml.slot - md.pool_slots;
+        md.slot_vs_lo = hdr.switchml.slot - md.slot_lo;
+        md.slot_vs_hi = hdr.switchml.slot - md.slot_hi;
+        md.index = md.pool_base + (slot_index_t)hdr.switchml.slot;
+    }
+    table job_arithmetic {
+        actions = { job_differences; }
+        const default_action = job_differences();
+        size = 1;
+    }
+
+    // Every check of docs/wire-format.md in one lookup: the first entry that
+    // matches names the drop reason, in the software data plane's order; a
+    // packet that matches none is well formed (the default: the slot stages
+    // act). An entry is one TCAM row, so the checks cost one stage.
+    action reject(bit<8> reason) {
+        md.drop_reason = reason;
+    }
+    action accept() {
+        md.go = 1;
+    }
+    // A difference's sign bit: 1 when the first operand is smaller.
+    table switchml_checks {
+        key = {
+            md.readout: ternary @name("readout");
+            md.bad_parse: ternary;
+            md.bad_version: ternary;
+            md.bad_type: ternary;
+            md.bad_flags: ternary;
+            hdr.switchml.element_count[15:15]: ternary @name("count_top_bit");
+            md.count_excess[15:15]: ternary @name("count_excess_sign");
+            md.length_error: ternary;
+            md.job_known: ternary;
+            hdr.switchml.rank[15:15]: ternary @name("rank_top_bit");
+            md.rank_vs_world[15:15]: ternary @name("rank_vs_world_sign");
+            hdr.switchml.slot[15:15]: ternary @name("slot_top_bit");
+            md.slot_vs_pool[15:15]: ternary @name("slot_vs_pool_sign");
+            md.sender_ok: ternary;
+            md.slot_vs_lo[15:15]: ternary @name("slot_vs_lo_sign");
+            md.slot_vs_hi[15:15]: ternary @name("slot_vs_hi_sign");
+            hdr.switchml.flags[1:1]: ternary @name("authenticated");
+            md.not_contribution: ternary;
+            hdr.data.isValid(): ternary;
+            md.exponent_biased[15:15]: ternary @name("exponent_top_bit");
+            md.exponent_excess[15:15]: ternary @name("exponent_excess_sign");
+            md.exponent_finite: ternary;
+            md.next_exponent_biased[15:15]: ternary @name("next_exponent_top_bit");
+            md.next_exponent_excess[15:15]: ternary @name("next_exponent_excess_sign");
+            md.next_exponent_finite: ternary;
+        }
+        actions = { reject; accept; }
+        // The first matching entry wins.
+        // Columns: readout, parse, version, type, flags, count_top, count, length, job,
+        // rank_top, rank, slot_top, slot, sender, lo, hi, auth, notc, data, exp_top,
+        // exp, exp_fin, nexp_top, nexp, nexp_fin; _ = any.
+        const entries = {
+            // A read-out pass: only the job may have ended meanwhile.
+            (1, _, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_UNKNOWN_JOB);
+            (1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): accept();
+            // Decode checks: malformed (and, by the default action, a length
+            // that does not match the element count).
+            (0, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            (0, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            (0, _, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            (0, _, _, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            (0, _, _, _, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            (0, _, _, _, _, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_MALFORMED);
+            // The source check (transport): a registered worker's socket and slot range.
+            (0, _, _, _, _, _, _, 0, 1, 0, 1, 0, 1, 0, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_SOURCE_MISMATCH);
+            (0, _, _, _, _, _, _, 0, 1, 0, 1, 0, 1, _, 1, _, _, _, _, _, _, _, _, _, _): reject(DROP_SOURCE_MISMATCH);
+            (0, _, _, _, _, _, _, 0, 1, 0, 1, 0, 1, _, _, 0, _, _, _, _, _, _, _, _, _): reject(DROP_SOURCE_MISMATCH);
+            (0, _, _, _, _, _, _, 0, 1, 0, 1, 0, 1, _, _, _, 1, _, _, _, _, _, _, _, _): reject(DROP_BAD_MAC);
+            // The data plane's checks, in its order.
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, 1, _, _, _, _, _, _, _): reject(DROP_NOT_CONTRIBUTION);
+            (0, _, _, _, _, _, _, 0, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_UNKNOWN_JOB);
+            (0, _, _, _, _, _, _, 0, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_RANK_OUT_OF_RANGE);
+            (0, _, _, _, _, _, _, 0, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_RANK_OUT_OF_RANGE);
+            (0, _, _, _, _, _, _, 0, _, _, _, 1, _, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_SLOT_OUT_OF_RANGE);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _): reject(DROP_SLOT_OUT_OF_RANGE);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, false, _, _, _, _, _, _): reject(DROP_ELEMENT_COUNT);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, 1, _, 1, _, _, _): reject(DROP_BAD_EXPONENT);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, 1, 1, _, _, _): reject(DROP_BAD_EXPONENT);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, _, 1): reject(DROP_BAD_EXPONENT);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, 1, 1): reject(DROP_BAD_EXPONENT);
+            (0, _, _, _, _, _, _, 0, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _, _): accept();
+        }
+        const default_action = reject(DROP_MALFORMED);
+        size = 32;
     }
 
     apply {
+        // What the packet and the tables say: lookups and tests that depend
+        // on nothing else, so that they share the first stages.
         if (hdr.recirc.isValid()) {
             md.group = hdr.recirc.group;
             md.sender_port = hdr.recirc.sender_port;
@@ -435,140 +683,122 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             md.sender_port = (bit<16>)ig_intr_md.ingress_port;
         }
         if (hdr.recirc.isValid() && hdr.recirc.phase == RECIRC_READOUT) {
-            // Rebuild a result: bank `group` in front of the banks after it.
+            md.readout = 1;  // rebuild a result: bank `group` in front of the later banks
+        }
+        if (hdr.udp.isValid() && (hdr.udp.dst_port & SWITCHML_UDP_PORT_MASK) ==
+                                     SWITCHML_UDP_PORT_BASE) {
             switchml_endpoint.apply();
-            switchml_jobs.apply();
-            if (md.job_known == 0) {
-                switchml_drops.count((bit<32>)DROP_UNKNOWN_JOB);  // ended meanwhile
-                drop();
-                return;
-            }
-            index_of_slot();
-            md.readout = 1;
-            hdr.data.setValid();
-            slots.apply(hdr, md);
-            if (md.group == 0) {
-                send_result(hdr.recirc.to_all);
-            } else {
-                recirculate(RECIRC_READOUT, md.group - 1, hdr.recirc.to_all);
-            }
-            return;
         }
-        if (hdr.udp.isValid() &&
-            (hdr.udp.dst_port & SWITCHML_UDP_PORT_MASK) == SWITCHML_UDP_PORT_BASE &&
-            switchml_endpoint.apply().hit) {
-            // Later consume passes see the same headers (only payload words
-            // were dropped) and repeat the checks; the packet counts once.
-            if (md.group == 0) {
-                switchml_packets.count(0);
+        if (md.for_switch == 0) {
+            // Tofino 2's compiler takes `t.apply().hit` in no larger condition.
+            if (hdr.arp.isValid() && hdr.arp.opcode == 1) {
+                if (arp_responder.apply().hit) {
+                    return;
+                }
             }
-            if (hdr.switchml.isValid() &&
-                (hdr.switchml.flags & SWITCHML_FLAG_AUTHENTICATED) != 0) {
-                md.auth_bytes = SWITCHML_AUTH_TAG_BYTES;
-            }
-            md.expected_udp_length = 8 + SWITCHML_HEADER_BYTES + md.auth_bytes +
-                                     (hdr.switchml.element_count << 2);
-            if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid() ||
-                hdr.switchml.magic != SWITCHML_MAGIC ||
-                hdr.switchml.wire_version != SWITCHML_WIRE_VERSION ||
-                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_NACK ||
-                hdr.switchml.element_count > SWITCHML_MAX_ELEMENTS ||
-                hdr.udp.length != md.expected_udp_length ||
-                (hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {
-                md.drop_reason = DROP_MALFORMED;
-            } else {
-                switchml_jobs.apply();
-                switchml_senders.apply();
-                rank_bits.apply();
-                if (md.job_known == 1 && hdr.switchml.rank < md.world_size &&
-                    hdr.switchml.slot < md.pool_slots) {
-                    if (md.sender_ok == 0 || hdr.switchml.slot < md.slot_lo ||
-                        hdr.switchml.slot >= md.slot_hi) {
-                        md.drop_reason = DROP_SOURCE_MISMATCH;
-                    } else if (md.auth_bytes != 0) {
-                        md.drop_reason = DROP_BAD_MAC;
+            if (hdr.ipv4.isValid()) {
+                if (router_macs.apply().hit) {
+                    if (hdr.ipv4.ttl <= 1) {
+                        drop();
+                    } else {
+                        ipv4_routes.apply();
                     }
-                }
-                if (md.drop_reason != DROP_NONE) {
-                    // counted below
-                } else if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
-                    md.drop_reason = DROP_NOT_CONTRIBUTION;
-                } else if (md.job_known == 0) {
-                    md.drop_reason = DROP_UNKNOWN_JOB;
-                } else if (hdr.switchml.rank >= md.world_size) {
-                    md.drop_reason = DROP_RANK_OUT_OF_RANGE;
-                } else if (hdr.switchml.slot >= md.pool_slots) {
-                    md.drop_reason = DROP_SLOT_OUT_OF_RANGE;
-                } else if (!hdr.data.isValid()) {
-                    md.drop_reason = DROP_ELEMENT_COUNT;
-                } else if ((hdr.switchml.exponent + 126 > 254 &&
-                            hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) ||
-                           (hdr.switchml.next_exponent + 126 > 254 &&
-                            hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE)) {
-                    md.drop_reason = DROP_BAD_EXPONENT;
-                } else {
-                    index_of_slot();
-                    slots.apply(hdr, md);
+                    return;
                 }
             }
-
-            if (md.drop_reason != DROP_NONE) {
-                switchml_drops.count((bit<32>)md.drop_reason);
-                drop();
-            } else if (md.group != LAST_GROUP) {
-                // Bank `group` took its words: the rest goes round again.
-                hdr.data.setInvalid();
-                recirculate(RECIRC_CONSUME, md.group + 1, 0);
-            } else if (md.acc_op == ACC_NONE && (md.seen_before & md.rank_bit) != 0) {
-                // Retransmission to an incomplete slot: tell who contributed.
-                hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
-                hdr.switchml.element_count = 1;
-                hdr.switchml.exponent = 0;
-                hdr.switchml.next_exponent = 0;
-                hdr.data.setInvalid();
-                hdr.pending.setValid();
-                hdr.pending.bitmap = md.seen_before;
-                hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
-                hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
-                ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
-                answer_from_endpoint();
-                switchml_events.count(EVENT_PENDING_REPLIES);
-            } else if (md.acc_op == ACC_READ) {
-                // A worker lost the result: hdr.data holds the last bank's.
-                switchml_events.count(EVENT_RESULTS_RESENT);
-                if (LAST_GROUP == 0) {
-                    send_result(0);
-                } else {
-                    recirculate(RECIRC_READOUT, LAST_GROUP - 1, 0);
-                }
-            } else if (md.remaining_before == 1 ||
-                       (md.remaining_before == 0 && md.world_size == 1)) {
-                // The n-th contribution: hdr.data holds the sum; multicast it.
-                switchml_events.count(EVENT_SLOTS_COMPLETED);
-                if (LAST_GROUP == 0) {
-                    send_result(1);
-                } else {
-                    recirculate(RECIRC_READOUT, LAST_GROUP - 1, 1);
-                }
-            } else {
-                switchml_events.count(EVENT_CONTRIBUTIONS);
-                drop();  // absorbed
-            }
+            l2_hosts.apply();
             return;
         }
 
-        if (hdr.arp.isValid() && hdr.arp.opcode == 1 && arp_responder.apply().hit) {
-            return;
+        switchml_jobs.apply();
+        switchml_senders.apply();
+        rank_bits.apply();
+        header_arithmetic.apply();
+        // The decode checks, one flag each: a gateway reads at most 4 bytes
+        // and 12 bits, and flags of their own keep the tests independent.
+        if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid()) {
+            md.bad_parse = 1;
         }
-        if (hdr.ipv4.isValid() && router_macs.apply().hit) {
-            if (hdr.ipv4.ttl <= 1) {
-                drop();
+        if (hdr.switchml.magic != SWITCHML_MAGIC ||
+            hdr.switchml.wire_version != SWITCHML_WIRE_VERSION) {
+            md.bad_version = 1;
+        }
+        if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_NACK) {
+            md.bad_type = 1;
+        }
+        if ((hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {
+            md.bad_flags = 1;
+        }
+        if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
+            md.not_contribution = 1;
+        }
+        if (hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) {
+            md.exponent_finite = 1;
+        }
+        if (hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE) {
+            md.next_exponent_finite = 1;
+        }
+        job_arithmetic.apply();
+        switchml_checks.apply();
+        // Later consume passes see the same headers (only payload words were
+        // dropped) and repeat the checks; the packet counts once.
+        if (md.readout == 0 && md.group == 0) {
+            switchml_packets.count(0);
+        }
+        if (md.go == 1) {
+            slots.apply(hdr, md);
+        }
+
+        if (md.drop_reason != DROP_NONE) {
+            switchml_drops.count((bit<32>)md.drop_reason);
+            drop();
+        } else if (md.readout == 1) {
+            if (md.group != 0) {
+                recirculate(RECIRC_READOUT, md.group - 1, hdr.recirc.to_all);
+            } else if (hdr.recirc.to_all == 1) {
+                send_result_to_all();
             } else {
-                ipv4_routes.apply();
+                send_result_to_sender();
             }
-            return;
+        } else if (md.group != LAST_GROUP) {
+            // Bank `group` took its words: the rest goes round again.
+            hdr.data.setInvalid();
+            recirculate(RECIRC_CONSUME, md.group + 1, 0);
+        } else if (md.acc_op == ACC_NONE && md.rank_seen != 0) {
+            // Retransmission to an incomplete slot: tell who contributed.
+            hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
+            hdr.switchml.element_count = 1;
+            hdr.switchml.exponent = 0;
+            hdr.switchml.next_exponent = 0;
+            hdr.data.setInvalid();
+            hdr.pending.setValid();
+            hdr.pending.bitmap = md.seen_before;
+            hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
+            hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
+            ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
+            answer_from_endpoint();
+            switchml_events.count(EVENT_PENDING_REPLIES);
+        } else if (md.acc_op == ACC_READ) {
+            // A worker lost the result: hdr.data holds the last bank's.
+            switchml_events.count(EVENT_RESULTS_RESENT);
+            if (LAST_GROUP == 0) {
+                send_result_to_sender();
+            } else {
+                recirculate(RECIRC_READOUT, LAST_GROUP - 1, 0);
+            }
+        } else if (md.remaining_before == 1 ||
+                   (md.remaining_before == 0 && md.world_size == 1)) {
+            // The n-th contribution: hdr.data holds the sum; multicast it.
+            switchml_events.count(EVENT_SLOTS_COMPLETED);
+            if (LAST_GROUP == 0) {
+                send_result_to_all();
+            } else {
+                recirculate(RECIRC_READOUT, LAST_GROUP - 1, 1);
+            }
+        } else {
+            switchml_events.count(EVENT_CONTRIBUTIONS);
+            drop();  // absorbed
         }
-        l2_hosts.apply();
     }
 }
 
@@ -609,7 +839,9 @@ parser SwitchmlEgressParser(packet_in pkt, out tna_headers_t hdr, out metadata_t
         pkt.extract(hdr.recirc);
         transition accept;
     }
+#define SWITCHML_PARSE_HEADERS_ONLY
 #include "parser_states.p4"
+#undef SWITCHML_PARSE_HEADERS_ONLY
 }
 
 control SwitchmlEgress(inout tna_headers_t hdr, inout metadata_t md,

@@ -17,7 +17,7 @@ struct egress_intrinsic_metadata_for_output_port_t { bit<1> capture_tstamp_on_tx
 extern Checksum { Checksum(); bit<16> update<T>(in T data); }
 extern Counter<W, I> { Counter(bit<32> size, CounterType_t type); void count(in I index); }
 extern Register<T, I> { Register(bit<32> size); }
-extern RegisterAction<T, I, U> { RegisterAction(Register<T, I> reg); U execute(in I index); abstract void apply(inout T value, out U rv); }
+extern RegisterAction<T, I, U> { RegisterAction(Register<T, I> reg); U execute(in I index); abstract void apply(inout T value, @optional out U rv); U predicate(@optional in bool cmplo, @optional in bool cmphi); }
 parser IngressParserT<H, M>(packet_in pkt, out H hdr, out M md, out ingress_intrinsic_metadata_t ig_intr_md);
 control IngressT<H, M>(inout H hdr, inout M md, in ingress_intrinsic_metadata_t ig_intr_md, in ingress_intrinsic_metadata_from_parser_t ig_prsr_md, inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md, inout ingress_intrinsic_metadata_for_tm_t ig_tm_md);
 control IngressDeparserT<H, M>(packet_out pkt, inout H hdr, in M md, in ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md);
