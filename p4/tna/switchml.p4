@@ -82,9 +82,6 @@ struct tna_headers_t {
 #define ACC_ADD 2w2     // later contribution: add, return the sum
 #define ACC_READ 2w3    // retransmission to a complete slot: return the result
 
-// Workers per job: a slot's seen-bitmap is one 32-bit word.
-#define SWITCHML_MAX_RANKS 32
-
 struct metadata_t {
     bit<8> drop_reason;
     bit<1> for_switch;            // the aggregation endpoint's address and port
