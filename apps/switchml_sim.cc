@@ -37,6 +37,7 @@ struct Args {
   double upstream_gbps = 0;
   double upstream_latency_us = -1;
   int warmup = 2;
+  bool no_probes = false;
   bool json = false;
 };
 
@@ -81,6 +82,9 @@ void AddOptions(CLI::App& app, Args& a) {
                  "all-reduces before the measured one: a job's first operation uses the slots "
                  "every rank knows in advance; later ones, what the ranks measured")
       ->check(CLI::Range(0, 100));
+  app.add_flag("--no-probes", a.no_probes,
+               "workers resend overdue packets instead of probing the switch (as with a P4 "
+               "switch, which does not answer probes)");
   app.add_flag("--json", a.json, "print one JSON object instead of the text lines");
 }
 
@@ -107,6 +111,7 @@ switchml::SimClusterOptions ClusterOptions(const Args& a) {
   o.network.reorder = a.reorder;
   o.network.reorder_delay = Micros(a.reorder_us);
   o.racks = uint16_t(a.racks);
+  o.probes = !a.no_probes;
   o.network.upstream_link_bits_per_second = uint64_t(a.upstream_gbps * 1e9);
   o.network.upstream_latency =
       a.upstream_latency_us < 0 ? Nanos(-1) : Micros(a.upstream_latency_us);
@@ -144,7 +149,7 @@ std::vector<std::vector<float>> MakeInputs(const Args& a, size_t count) {
 struct Counts {
   switchml::SimNetworkCounters net;
   uint64_t nacks_sent = 0;
-  uint64_t sent = 0, retransmissions = 0, nack_resends = 0;
+  uint64_t sent = 0, retransmissions = 0, nack_resends = 0, probes = 0;
   uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0;
 
   static Counts Of(switchml::SimCluster& c, int workers) {
@@ -156,6 +161,7 @@ struct Counts {
       t.sent += e.packets_sent;
       t.retransmissions += e.retransmissions;
       t.nack_resends += e.fast_retransmissions;
+      t.probes += e.probes_sent;
       t.nacks_received += e.nacks_received;
       t.nacks_ignored += e.nacks_ignored;
       t.timeout_backoffs += e.timeout_backoffs;
@@ -172,6 +178,7 @@ struct Counts {
     d.sent -= b.sent;
     d.retransmissions -= b.retransmissions;
     d.nack_resends -= b.nack_resends;
+    d.probes -= b.probes;
     d.nacks_received -= b.nacks_received;
     d.nacks_ignored -= b.nacks_ignored;
     d.timeout_backoffs -= b.timeout_backoffs;
@@ -210,9 +217,11 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"ratio_to_framing_limit", limit > 0 ? o.virtual_s / limit : 0.0},
         {"wall_s", o.wall_s},
         {"warmup", a.warmup},
+        {"probes_enabled", !a.no_probes},
         {"packets_sent", t.sent},
         {"retransmissions", t.retransmissions},
         {"nack_retransmissions", t.nack_resends},
+        {"probes", t.probes},
         {"spurious_retransmissions", net.spurious_retransmissions},
         {"lost", net.lost},
         {"transmissions", net.transmissions},
@@ -231,14 +240,15 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
   std::printf(
       "%s: %d workers%s all-reduced %zu float32 (%.1f MiB) at %.1f%% loss: max |error| %.3g "
       "(bound %.3g there), %zu elements over their bound, ranks bitwise identical: %s; "
-      "%llu packets sent, %llu retransmissions (%llu spurious), %llu lost; %.3f s virtual, "
+      "%llu packets sent, %llu retransmissions (%llu spurious), %llu probes, %llu lost; %.3f s "
+      "virtual, "
       "%.2f s wall\n",
       pass ? "PASS" : "FAIL", a.workers,
       a.racks > 1 ? (" in " + std::to_string(a.racks) + " racks").c_str() : "", count,
       double(count) * 4 / (1 << 20), a.loss * 100, o.worst.max_abs_error, o.worst.bound_at_max,
       o.worst.violations, o.identical ? "yes" : "no", (unsigned long long)t.sent,
       (unsigned long long)t.retransmissions, (unsigned long long)net.spurious_retransmissions,
-      (unsigned long long)net.lost, o.virtual_s, o.wall_s);
+      (unsigned long long)t.probes, (unsigned long long)net.lost, o.virtual_s, o.wall_s);
   if (limit > 0) {
     std::printf("link %.3g Gbit/s: %.3f ms virtual, %.2fx the framing limit (%.3f ms)\n",
                 a.link_gbps, o.virtual_s * 1e3, o.virtual_s / limit, limit * 1e3);

@@ -108,8 +108,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::vector<uint8_t> out(PacketBytes(64));
   const uint64_t before = world->data_plane.counters().packets;
+  const uint64_t contributions = world->data_plane.counters().contributions;
   const Verdict v = world->data_plane.Process(bytes, out);
   if (world->data_plane.counters().packets != before + 1 || v.out_bytes > out.size()) std::abort();
+  // A probe never counts in.
+  const bool probe =
+      DecodePacket(bytes, &view) == DecodeError::kOk && view.header.type == MessageType::kProbe;
+  if (probe && world->data_plane.counters().contributions != contributions) std::abort();
   // What the timers send: NACKs naming only ranks the job has (and serves
   // here), and overdue upstream contributions, well-formed packets of the
   // upstream's job.

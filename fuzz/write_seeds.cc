@@ -49,6 +49,19 @@ int main(int argc, char** argv) {
     for (size_t j = kHeaderBytes; j < b.size(); ++j) b[j] = char(j * 7);
     Write(dir + "/packet/tree" + std::to_string(i), b);
   }
+  // Probes (header only) of job 7's ranks, into both versions of slot 1.
+  for (int i = 0; i < 3; ++i) {
+    PacketHeader h;
+    h.type = MessageType::kProbe;
+    h.job = 7;
+    h.rank = uint16_t(i);
+    h.slot = 1;
+    h.chunk = 3;
+    h.version = uint8_t(i % 2);
+    std::string b(kHeaderBytes, '\0');
+    EncodeHeader(h, std::span(reinterpret_cast<uint8_t*>(b.data()), b.size()));
+    Write(dir + "/packet/probe" + std::to_string(i), b);
+  }
   // Ethernet frames as the AF_XDP endpoint receives them: a switchml packet
   // in IPv4/UDP (the packet fuzzer parses every input as a frame too).
   for (int i = 0; i < 2; ++i) {

@@ -49,6 +49,13 @@ class DataPlaneTest : public ::testing::Test {
     return dp_->Process(Packet(job, rank, slot, version, chunk, values, next_exponent), out_);
   }
 
+  // A probe (no values) from `rank` for (version, slot) at `chunk`.
+  Verdict Probe(uint32_t job, uint16_t rank, uint16_t slot, uint8_t version, uint32_t chunk) {
+    std::vector<uint8_t> b = Packet(job, rank, slot, version, chunk, {});
+    b[3] = uint8_t(MessageType::kProbe);
+    return Keep(dp_->Process(b, out_));
+  }
+
   // The result in out_: header and values.
   PacketHeader OutHeader() const {
     PacketView v;
@@ -444,6 +451,68 @@ TEST_F(DataPlaneTest, AnUpstreamNackResendsThePartialSumThatAwaits) {
   h.chunk = 7;  // not what awaits
   EncodeHeader(h, nack);
   EXPECT_EQ(dp_->Process(nack, out_).reason, DropReason::kStaleChunk);
+}
+
+// A probe asks for a slot's state and never counts in: a rank whose
+// contribution is in gets the result of a complete slot (its result was
+// lost), or a pending reply listing the contributors.
+TEST_F(DataPlaneTest, AProbeGetsTheResultOrThePendingReplyAndNeverCountsIn) {
+  Register(1, 3);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 0, 0, 5, {1, 2, 3, 4});
+  const Nanos due = dp_->NextTimer();
+  Verdict v = Probe(1, 0, 0, 0, 5);
+  ASSERT_EQ(v.action, Action::kPendingToSender);
+  EXPECT_EQ(v.rank, 0);
+  EXPECT_EQ(OutHeader().type, MessageType::kPending);
+  EXPECT_EQ(OutHeader().chunk, 5u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b001}));
+  // Unlike a retransmission, it does not call the slot stalled.
+  EXPECT_GT(due, Nanos(1000));
+  EXPECT_EQ(dp_->NextTimer(), due);
+  Send(1, 1, 0, 0, 5, {1, 1, 1, 1});
+  ASSERT_EQ(Send(1, 2, 0, 0, 5, {1, 1, 1, 1}).action, Action::kSendToAll);
+  v = Probe(1, 2, 0, 0, 5);
+  ASSERT_EQ(v.action, Action::kReplyToSender);
+  EXPECT_EQ(OutHeader().type, MessageType::kResult);
+  EXPECT_EQ(OutHeader().rank, 2);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{3, 4, 5, 6}));
+  EXPECT_EQ(dp_->counters().contributions, 3u);
+  EXPECT_EQ(dp_->counters().results_resent, 1u);
+  EXPECT_EQ(dp_->counters().pending_replies, 1u);
+}
+
+// A rank whose contribution the slot lacks (lost: the probe came after it
+// on the same link) learns so from the pending reply, whether the others
+// started the chunk or not.
+TEST_F(DataPlaneTest, AProbeTellsARankThatItsContributionIsMissing) {
+  Register(1, 3);
+  Send(1, 0, 1, 0, 9, {1, 1, 1, 1});
+  ASSERT_EQ(Probe(1, 2, 1, 0, 9).action, Action::kPendingToSender);
+  EXPECT_EQ(OutHeader().chunk, 9u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b001}));  // rank 2 is not in
+  // A chunk no rank has brought yet: nobody is in.
+  ASSERT_EQ(Probe(1, 2, 2, 0, 10).action, Action::kPendingToSender);
+  EXPECT_EQ(OutHeader().chunk, 10u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0}));
+  EXPECT_EQ(dp_->counters().contributions, 1u);
+}
+
+TEST_F(DataPlaneTest, BadProbesAreDroppedUnderTheirReason) {
+  Register(1, 2);
+  Send(1, 0, 0, 0, 5, {1, 1, 1, 1});
+  Send(1, 1, 0, 0, 5, {1, 1, 1, 1});
+  Send(1, 0, 0, 1, 6, {1, 1, 1, 1});  // rank 0 moved on to version 1
+  // Rank 0 had the result of chunk 5 (it sent chunk 6): a late probe.
+  EXPECT_EQ(Probe(1, 0, 0, 0, 5).reason, DropReason::kStaleChunk);
+  EXPECT_EQ(Probe(1, 1, 0, 0, 4).reason, DropReason::kStaleChunk);  // older than the slot's
+  EXPECT_EQ(Probe(9, 0, 0, 0, 5).reason, DropReason::kUnknownJob);
+  EXPECT_EQ(Probe(1, 2, 0, 0, 5).reason, DropReason::kRankOutOfRange);
+  EXPECT_EQ(Probe(1, 0, 4, 0, 5).reason, DropReason::kSlotOutOfRange);
+  std::vector<uint8_t> with_values = Packet(1, 0, 0, 1, 6, {1, 1, 1, 1});
+  with_values[3] = uint8_t(MessageType::kProbe);
+  EXPECT_EQ(dp_->Process(with_values, out_).reason, DropReason::kElementCount);
+  EXPECT_EQ(dp_->counters().contributions, 3u);
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ TEST_F(P4Constants, WireFormatMatches) {
   EXPECT_EQ(Get("SWITCHML_TYPE_RESULT"), long(MessageType::kResult));
   EXPECT_EQ(Get("SWITCHML_TYPE_PENDING"), long(MessageType::kPending));
   EXPECT_EQ(Get("SWITCHML_TYPE_NACK"), long(MessageType::kNack));
+  EXPECT_EQ(Get("SWITCHML_TYPE_PROBE"), long(MessageType::kProbe));
   EXPECT_EQ(Get("SWITCHML_FLAG_VERSION"), kFlagVersionBit);
   EXPECT_EQ(Get("SWITCHML_FLAG_AUTHENTICATED"), kFlagAuthenticated);
   EXPECT_EQ(Get("SWITCHML_ALL_RANKS"), kAllRanks);

@@ -206,6 +206,7 @@ TEST(LossRecovery, OnSlowLinksTheSwitchNacksOnlyStalledSlots) {
 // and more) every resend is needless, and the simulator says so.
 TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
   SimClusterOptions o = Options(4, Path{10, 20}, 0.0);
+  o.probes = false;  // as with a P4 switch: a timeout resends
   o.retransmit_timeout = microseconds(30);
   o.min_retransmit_timeout = microseconds(30);
   o.max_retransmit_timeout = microseconds(60);
@@ -216,6 +217,45 @@ TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
   EXPECT_EQ(counts.net.spurious_retransmissions, counts.net.retransmissions);
   EXPECT_EQ(counts.net.retransmissions, counts.engine_retransmissions);
 }
+
+// The same timeouts with a switch that answers probes: each asks for the
+// slot's state, and nothing is resent.
+TEST(LossRecovery, TimeoutsBeforeTheRoundTripOnlyProbe) {
+  SimClusterOptions o = Options(4, Path{10, 20}, 0.0);
+  o.retransmit_timeout = microseconds(30);
+  o.min_retransmit_timeout = microseconds(30);
+  o.max_retransmit_timeout = microseconds(60);
+  auto c = SimCluster::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Counts counts = RunThree(*c.value(), 4, 64 * kK).all;
+  EXPECT_EQ(counts.net.retransmissions, 0u);
+  uint64_t probes = 0;
+  for (uint16_t r = 0; r < 4; ++r) probes += c.value()->worker(r).counters().probes_sent;
+  EXPECT_GT(probes, 0u);
+}
+
+class UnderLoss : public ::testing::TestWithParam<std::tuple<uint16_t, Path, double>> {};
+
+// With probes a rank resends only what the switch lacks: a lost packet of
+// its own (a pending reply or a NACK says so) or one whose result was lost
+// (a NACK for a chunk it has not sent says so). So no resend is spurious,
+// and there are fewer resends than losses (lost results, probes, NACKs and
+// pending replies need none). The bound is 1.5x the lost.
+TEST_P(UnderLoss, NoResendIsSpurious) {
+  const auto [world, path, loss] = GetParam();
+  auto c = SimCluster::Create(Options(world, path, loss));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Counts counts = RunThree(*c.value(), world, 256 * kK).all;
+  ASSERT_GT(counts.net.lost, 0u);
+  EXPECT_EQ(counts.net.spurious_retransmissions, 0u);
+  EXPECT_EQ(counts.net.retransmissions, counts.engine_retransmissions);
+  EXPECT_LE(counts.net.retransmissions, counts.net.lost);
+}
+
+INSTANTIATE_TEST_SUITE_P(DatacenterSpeeds, UnderLoss,
+                         ::testing::Values(std::make_tuple(uint16_t(8), Path{100, 1}, 0.01),
+                                           std::make_tuple(uint16_t(33), Path{100, 20}, 0.01),
+                                           std::make_tuple(uint16_t(33), Path{10, 1}, 0.001)));
 
 // A packet held back on a FIFO link stays in order: jitter delays, it never
 // reorders (the simulator once reordered within a link, which a real link

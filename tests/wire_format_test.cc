@@ -80,7 +80,7 @@ TEST(WireFormat, RejectsBadVersion) {
 TEST(WireFormat, RejectsUnknownType) {
   std::vector<uint8_t> b = Encode(SampleHeader(1));
   PacketView v;
-  for (uint8_t t : {0, 5, 255}) {
+  for (uint8_t t : {0, 6, 255}) {
     b[3] = t;
     EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadType) << int(t);
   }

@@ -518,5 +518,103 @@ TEST(WorkerEngine, ForeignAndMalformedPacketsAreCountedAndIgnored) {
   EXPECT_EQ(sink.sent.size(), 1u);
 }
 
+WorkerEngineConfig ProbingConfig(uint16_t world, uint16_t rank, uint16_t slots) {
+  WorkerEngineConfig c = Config(world, rank, slots);
+  c.switch_answers_probes = true;
+  return c;
+}
+
+// With a switch that answers probes, a timeout asks for the slot's state
+// with a header-only probe instead of resending the values; a pending reply
+// that lacks this rank resends them (the packet went before the probe on
+// the same link: lost), one that lists it waits.
+TEST(WorkerEngine, WithProbesATimeoutAsksTheSwitchAndOnlyAMissingRankResends) {
+  auto sw = SwitchWithJob(2, 2);
+  WorkerEngine e(ProbingConfig(2, 0, 2));
+  RecordingSink sink;
+  std::vector<int32_t> x(2 * 32), y(x.size());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 2u);
+  std::vector<uint8_t> out(PacketBytes(32));
+  sw->Process(sink.sent[1], out);  // slot 0's packet is lost, slot 1's arrives
+  e.OnTimer(milliseconds(1), sink);
+  ASSERT_EQ(sink.sent.size(), 4u);
+  for (size_t i : {2, 3}) {
+    const PacketHeader probe = HeaderOf(sink.sent[i]);
+    const PacketHeader sent = HeaderOf(sink.sent[i - 2]);
+    EXPECT_EQ(probe.type, MessageType::kProbe);
+    EXPECT_EQ(probe.element_count, 0);
+    EXPECT_EQ(sink.sent[i].size(), kHeaderBytes);
+    EXPECT_EQ(probe.chunk, sent.chunk);
+    EXPECT_EQ(probe.slot, sent.slot);
+    EXPECT_EQ(probe.version, sent.version);
+  }
+  EXPECT_EQ(e.counters().probes_sent, 2u);
+  EXPECT_EQ(e.counters().retransmissions, 0u);
+  // Slot 1: rank 0 is in, it waits. Slot 0: it is not, it resends.
+  for (size_t i : {3, 2}) {
+    const Verdict v = sw->Process(sink.sent[i], out);
+    ASSERT_EQ(v.action, Action::kPendingToSender);
+    e.OnPacket(std::span(out.data(), v.out_bytes), milliseconds(1), sink);
+  }
+  ASSERT_EQ(sink.sent.size(), 5u);
+  EXPECT_EQ(sink.sent[4], sink.sent[0]);
+  EXPECT_EQ(e.counters().retransmissions, 1u);
+  EXPECT_EQ(e.counters().pending_received, 2u);
+}
+
+// Every rank sends in chunk order over links that keep order, so the switch
+// completes slots in that order: a result for a later packet means that an
+// earlier one still waiting lost its result (or waits on a lost
+// contribution). The engine probes it then, not at its timeout.
+TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
+  auto sw = SwitchWithJob(1, 4);
+  WorkerEngine e(ProbingConfig(1, 0, 4));
+  RecordingSink sink;
+  bool called = false;
+  std::vector<int32_t> x(4 * 32, 7), y(x.size());
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 EXPECT_TRUE(s.ok());
+                 called = true;
+               }).ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), 4u);  // the descriptor round
+  std::vector<uint8_t> out(PacketBytes(32));
+  std::vector<std::vector<uint8_t>> results;
+  for (size_t i = 0; i < 4; ++i) {
+    const Verdict v = sw->Process(sink.sent[i], out);
+    ASSERT_EQ(v.action, Action::kSendToAll);
+    results.emplace_back(out.begin(), out.begin() + long(v.out_bytes));
+  }
+  // The results of slots 0 and 1 are lost; slot 2's comes.
+  const Nanos at = std::chrono::microseconds(10);
+  e.OnPacket(results[2], at, sink);
+  // Two probes; the next round waits for slot 0 (packets go in chunk order).
+  ASSERT_EQ(sink.sent.size(), 6u);
+  EXPECT_EQ(HeaderOf(sink.sent[4]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(sink.sent[4]).slot, 0);
+  EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, 1);
+  EXPECT_EQ(e.counters().probes_sent, 2u);
+  // Slot 3's result comes too: nothing more to probe.
+  e.OnPacket(results[3], at, sink);
+  EXPECT_EQ(e.counters().probes_sent, 2u);
+  // The switch answers each probe with the result it still holds.
+  for (size_t i : {4, 5}) {
+    const Verdict v = sw->Process(sink.sent[i], out);
+    ASSERT_EQ(v.action, Action::kReplyToSender);
+    e.OnPacket(std::span(out.data(), v.out_bytes), at, sink);
+  }
+  // The rest without loss.
+  for (size_t d = 6; d < sink.sent.size(); ++d) {
+    const Verdict v = sw->Process(sink.sent[d], out);
+    if (v.action != Action::kDrop) e.OnPacket(std::span(out.data(), v.out_bytes), at, sink);
+  }
+  ASSERT_TRUE(called);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 7) << i;
+  EXPECT_EQ(e.counters().retransmissions, 0u);
+}
+
 }  // namespace
 }  // namespace switchml

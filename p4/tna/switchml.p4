@@ -731,7 +731,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             hdr.switchml.wire_version != SWITCHML_WIRE_VERSION) {
             md.bad_version = 1;
         }
-        if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_NACK) {
+        if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PROBE) {
             md.bad_type = 1;
         }
         if ((hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {

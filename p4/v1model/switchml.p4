@@ -346,7 +346,7 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                 !hdr.switchml.isValid() ||
                 hdr.switchml.magic != SWITCHML_MAGIC ||
                 hdr.switchml.wire_version != SWITCHML_WIRE_VERSION ||
-                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_NACK ||
+                hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PROBE ||
                 hdr.switchml.element_count > SWITCHML_MAX_ELEMENTS ||
                 hdr.udp.length != 8 + SWITCHML_HEADER_BYTES +
                                   (hdr.switchml.element_count << 2) + auth_bytes ||

@@ -264,6 +264,7 @@ WorkerEngineConfig EngineConfig(const ContextConfig& config, const control::v1::
   e.failure_timeout = std::chrono::milliseconds(config.failure_timeout_ms);
   e.operation_timeout = std::chrono::milliseconds(config.operation_timeout_ms);
   e.non_finite_error = config.non_finite_error;
+  e.switch_answers_probes = a.answers_probes();
   return e;
 }
 

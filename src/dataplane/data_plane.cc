@@ -423,13 +423,14 @@ size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, u
 }
 
 size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
-                               std::span<uint8_t> out) const {
-  // Payload: the seen-bitmap as 32-bit words, rank r in word r/32, bit r%32.
+                               std::span<uint8_t> out, bool holds_chunk) const {
+  // Payload: the seen-bitmap as 32-bit words, rank r in word r/32, bit r%32;
+  // no rank for a chunk the slot has not started.
   const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
   PacketHeader h = in;
   h.type = MessageType::kPending;
   h.authenticated = false;  // the transport signs what it sends
-  h.chunk = chunk_[slot];
+  h.chunk = holds_chunk ? chunk_[slot] : in.chunk;
   h.element_count = words;
   h.exponent = 0;
   h.next_exponent = 0;
@@ -437,7 +438,7 @@ size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHea
   const uint64_t* seen = &seen_[slot * bitmap_words_];
   uint8_t* dst = out.data() + kHeaderBytes;
   for (uint16_t w = 0; w < words; ++w) {
-    StoreBe32(dst + 4 * w, uint32_t(seen[w / 2] >> (32 * (w % 2))));
+    StoreBe32(dst + 4 * w, holds_chunk ? uint32_t(seen[w / 2] >> (32 * (w % 2))) : 0);
   }
   return PacketBytes(words);
 }
@@ -552,7 +553,8 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   const PacketHeader& h = packet.header;
   JobEntry* job = FindJob(h.job);
   if (job != nullptr) ++job->counters.packets;
-  if (h.type != MessageType::kContribution) {
+  const bool probe = h.type == MessageType::kProbe;
+  if (h.type != MessageType::kContribution && !probe) {
     if (job == nullptr && !upstream_jobs_.empty()) {
       if (JobEntry* below = FindByUpstream(h.job)) {
         ++below->counters.packets;
@@ -565,12 +567,12 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   if (const DropReason bad = CheckContribution(*job, h); bad != DropReason::kNone) {
     return Drop(job, bad);
   }
-  NoteNewestChunk(*job, h);
   const size_t slot = SlotIndexOf(h.version, job->reg.pool_base + h.slot);
+  const bool counted = seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64));
+  if (probe) return OnProbe(*job, h, slot, counted, out);
+  NoteNewestChunk(*job, h);
   const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
-  if (seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64))) {
-    return OnRetransmission(*job, h, slot, out);
-  }
+  if (counted) return OnRetransmission(*job, h, slot, out);
   if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
     return Drop(job, bad);
   }
@@ -581,7 +583,9 @@ DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader&
   const JobRegistration& reg = job.reg;
   if (h.rank >= reg.world_size || !job.IsLocal(h.rank)) return DropReason::kRankOutOfRange;
   if (h.slot >= reg.pool_slots) return DropReason::kSlotOutOfRange;
-  if (h.element_count != reg.elements_per_packet) return DropReason::kElementCount;
+  // A probe carries no values.
+  const uint16_t count = h.type == MessageType::kProbe ? 0 : reg.elements_per_packet;
+  if (h.element_count != count) return DropReason::kElementCount;
   if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
     return DropReason::kBadExponent;
   }
@@ -614,6 +618,36 @@ Verdict DataPlane::OnRetransmission(JobEntry& job, const PacketHeader& h, size_t
   ++job.counters.pending_replies;
   return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, world,
                  WritePending(job, slot, h, out)};
+}
+
+// A probe (docs/wire-format.md): the rank asks for the state of (v, slot) at
+// its chunk. `counted`: its contribution is in.
+Verdict DataPlane::OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
+                           std::span<uint8_t> out) {
+  const uint16_t world = job.reg.world_size;
+  const bool holds_chunk = used_[slot] && h.chunk == chunk_[slot];
+  if (counted) {
+    if (!holds_chunk) return Drop(&job, DropReason::kStaleChunk);
+    if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {  // its result was lost
+      ++counters_.results_resent;
+      ++job.counters.results_resent;
+      return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, world,
+                     WriteResult(job, slot, h.rank, h.version, h.slot, out)};
+    }
+  } else if (used_[slot] && ChunkBefore(h.chunk, chunk_[slot])) {
+    return Drop(&job, DropReason::kStaleChunk);  // the slot moved on: the rank had its result
+  } else if (holds_chunk && remaining_[slot] == 0) {
+    return Drop(&job, DropReason::kStaleChunk);  // complete, and the rank moved to 1-v since
+  }
+  // Waiting on others (or on the upstream), or the rank's own contribution
+  // was lost (the probe came after it on the same link): the pending reply
+  // says which. Unlike a retransmission it does not call the slot stalled:
+  // the switch's own watch does that.
+  ++counters_.pending_replies;
+  ++job.counters.pending_replies;
+  const bool aggregating = holds_chunk && (counted || remaining_[slot] != 0);
+  return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, world,
+                 WritePending(job, slot, h, out, aggregating)};
 }
 
 DropReason DataPlane::CheckJoin(const PacketHeader& h, size_t slot, size_t other) const {

@@ -21,7 +21,10 @@
 // A slot that stalls (some ranks contributed, others did not within the
 // job's usual spread of arrivals) is NACKed: NextTimerPacket() names the
 // missing ranks, so that only they resend (docs/wire-format.md, "Loss
-// recovery"). The delay adapts to the spread it measures per job.
+// recovery"). The delay adapts to the spread it measures per job. A
+// worker's probe (kProbe, no values) for a slot is answered with the result,
+// or with a pending reply that says whether the slot still lacks the
+// prober's own contribution.
 //
 // No I/O: the caller hands in packet bytes and sends what Process() returns.
 // Thread safety: none. One thread owns a DataPlane (shard the pool across
@@ -268,6 +271,8 @@ class DataPlane {
   // counting it in, which may complete the slot.
   DropReason CheckContribution(const JobEntry& job, const PacketHeader& h) const;
   void NoteNewestChunk(JobEntry& job, const PacketHeader& h);
+  Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
+                  std::span<uint8_t> out);
   Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
                            std::span<uint8_t> out);
   DropReason CheckJoin(const PacketHeader& h, size_t slot, size_t other) const;
@@ -280,7 +285,7 @@ class DataPlane {
   size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
                      uint16_t job_slot, std::span<uint8_t> out) const;
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
-                      std::span<uint8_t> out) const;
+                      std::span<uint8_t> out, bool holds_chunk = true) const;
   void ResetSegment(uint32_t base, uint32_t count);
   // The next upstream contribution whose result is overdue at `now`, written
   // into `out` (kSendUpstream) and re-stamped; kDrop when none is. It scans

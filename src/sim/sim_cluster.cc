@@ -55,6 +55,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.failure_timeout = o.failure_timeout;
     config.operation_timeout = o.operation_timeout;
     config.non_finite_error = o.non_finite_error;
+    config.switch_answers_probes = o.probes;
     auto engine = WorkerEngine::Create(config);
     if (!engine.ok()) return engine.status();
     raw.push_back(engine.value().get());

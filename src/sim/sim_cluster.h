@@ -28,6 +28,9 @@ struct SimClusterOptions {
   Nanos failure_timeout{std::chrono::seconds(1)};
   Nanos operation_timeout{std::chrono::seconds(2)};  // waiting on a rank the switch names
   bool non_finite_error = false;                     // WorkerEngineConfig::non_finite_error
+  // The engines probe overdue slots (WorkerEngineConfig::switch_answers_probes,
+  // as with the software switch); false: they resend, as with a P4 switch.
+  bool probes = true;
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
   // 2 or more: a tree (docs/design.md §10). The ranks split into this many

@@ -295,6 +295,7 @@ JobEvent ControlService::AssignmentEvent(const JobRecord& job, uint16_t rank) co
   const std::vector<uint16_t> ports = target_->data_ports();
   a->set_data_port(ports[0]);
   a->set_data_address(target_->data_address());
+  a->set_answers_probes(target_->answers_probes());
   if (ports.size() > 1) {
     for (uint16_t port : ports) a->add_data_ports(port);
   }

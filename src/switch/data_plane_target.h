@@ -93,6 +93,10 @@ class DataPlaneTarget {
   // one port per shard.
   virtual std::string data_address() const = 0;
   virtual std::vector<uint16_t> data_ports() const = 0;
+  // Whether it answers a worker's kProbe (docs/wire-format.md); the
+  // Assignment tells the workers, who otherwise resend on a timeout. The P4
+  // programs do not (the default).
+  virtual bool answers_probes() const { return false; }
 
   // Refuses, before it joins, a rank whose request the target cannot serve
   // (a P4 switch's fixed packet size or its hosts). Ok by default.

@@ -61,10 +61,11 @@ bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& s
     return false;
   }
   const PacketHeader& h = view.header;
+  const bool to_switch = h.type == MessageType::kContribution || h.type == MessageType::kProbe;
   Book* found = &books_[h.job % books_.size()];
   if (!found->active || found->id != h.job) {
     // A result or pending reply of an upstream switch carries its own job id.
-    found = h.type != MessageType::kContribution ? FindByUpstream(h.job) : nullptr;
+    found = to_switch ? nullptr : FindByUpstream(h.job);
     if (found != nullptr) {
       Book& book = *found;
       const uint16_t thread = h.slot < book.thread_of_slot.size() ? book.thread_of_slot[h.slot] : 0;
@@ -84,9 +85,8 @@ bool PacketHandler::Handle(std::span<const uint8_t> packet, const sockaddr_in& s
     }
     // Also a job the data plane already runs but whose book is not installed
     // yet: without the book neither the source nor the MAC can be checked.
-    data_plane_->CountDroppedPacket(h.job, h.type == MessageType::kContribution
-                                               ? DropReason::kUnknownJob
-                                               : DropReason::kNotContribution);
+    data_plane_->CountDroppedPacket(
+        h.job, to_switch ? DropReason::kUnknownJob : DropReason::kNotContribution);
     return false;
   }
   Book& book = *found;

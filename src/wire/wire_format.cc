@@ -39,7 +39,7 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   if (LoadBe16(p) != kWireMagic) return DecodeError::kBadMagic;
   if (p[2] != kWireVersion) return DecodeError::kBadVersion;
   const uint8_t type = p[3];
-  if (type < uint8_t(MessageType::kContribution) || type > uint8_t(MessageType::kNack)) {
+  if (type < uint8_t(MessageType::kContribution) || type > uint8_t(MessageType::kProbe)) {
     return DecodeError::kBadType;
   }
   const uint16_t count = LoadBe16(p + 16);

@@ -56,6 +56,8 @@ enum class MessageType : uint8_t {
                       // payload is a bitmap of the ranks that contributed
   kNack = 4,          // switch -> the ranks missing from a stalled slot: resend;
                       // the payload is a bitmap of the missing ranks
+  kProbe = 5,         // worker -> switch: no payload; asks for the slot's state
+                      // (answered with the result or a kPending, never counted in)
 };
 
 struct PacketHeader {

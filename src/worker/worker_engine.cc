@@ -61,8 +61,10 @@ struct WorkerEngine::Slot {
   // The switch answered a resend with kPending naming this rank present:
   // the resend was needless, and the result still times the first send.
   bool needless_resend = false;
-  Nanos sent_at{0};    // of the round's first transmission
-  Nanos resent_at{0};  // of its latest transmission
+  Nanos sent_at{0};     // of the round's first transmission
+  Nanos resent_at{0};   // of its latest transmission
+  Nanos probed_at{0};   // of its latest probe (0: none this round)
+  uint32_t probes = 0;  // this round
   Nanos deadline{0};
   uint64_t delivered_at_send = 0;  // results accepted when it was sent
   uint64_t send_order = 0;         // of the round's first transmission, counting up
@@ -202,6 +204,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
     slots_[i].scale = 0;
   }
   send_cursor_ = 0;
+  gap_cursor_ = 0;
   sizer_.OnOperationStart();
   SendInOrder(now, sink);
 }
@@ -225,7 +228,8 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
     if (slot.outstanding || slot.round != send_cursor_ / w) break;
     SendRound(slot, index, now, queued, sink);
     ++in_flight_;
-    ++send_cursor_;
+    // All sent: the tail's slots are probed sooner (ScanTimers()).
+    if (++send_cursor_ == end && config_.switch_answers_probes) next_scan_ = now;
   }
 }
 
@@ -234,6 +238,8 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued
   EmitPacket(slot, index, now, sink);
   slot.outstanding = true;
   slot.attempts = 0;
+  slot.probes = 0;
+  slot.probed_at = Nanos(0);
   slot.needless_resend = false;
   slot.sent_at = now;
   slot.delivered_at_send = counters_.results_accepted;
@@ -254,6 +260,23 @@ void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink&
   EmitPacket(slot, index, now, sink);
   ++counters_.retransmissions;
   ++slot.attempts;
+}
+
+void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+  PacketHeader h;
+  h.type = MessageType::kProbe;
+  h.job = config_.job.value();
+  h.chunk = ChunkId(slot.round, index);
+  h.rank = config_.rank.value();
+  h.slot = uint16_t(config_.slot_offset + index);
+  h.element_count = 0;
+  h.version = slot.version;
+  EncodeHeader(h, buf);
+  sink.Send(buf.first(kHeaderBytes));
+  ++counters_.probes_sent;
+  ++slot.probes;
+  slot.probed_at = now;
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -422,7 +445,13 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   const bool named = (missing_word(me / 32) >> (me % 32)) & 1;
   if (!nack) {
     ++counters_.pending_received;
-    if (!named) slot.needless_resend = true;
+    if (!named) {
+      slot.needless_resend = true;
+    } else if (slot.probed_at > slot.resent_at) {
+      // The switch lacks this rank's packet, which went before the probe on
+      // the same link: lost.
+      ResendBeforeTimeout(slot, index, now, sink);
+    }
     return;
   }
   ++counters_.nacks_received;
@@ -527,14 +556,18 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   }
   slot.scale = op.dtype == DType::kFloat32 ? p.header.next_exponent : 0;
   last_progress_ = now;
+  // Reports on missing ranks predate this progress, even one that came in
+  // the same instant (a probe's answer may trail the result it asked for).
+  missing_reported_at_ = Nanos(-1);
   // Karn: a resent packet's round trip is ambiguous, unless the switch said
   // the resend was needless (then leaving the sample out would keep the
   // timeout below the waits that other ranks' losses cause).
-  if (slot.attempts == 0 || slot.needless_resend) {
+  if ((slot.attempts == 0 && slot.probes == 0) || slot.needless_resend) {
     answered_ = std::max(answered_, slot.send_order);
     SampleRoundTrip(now - slot.sent_at);
     sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
   }
+  if (config_.switch_answers_probes) ProbeGaps(uint64_t(slot.round) * op.window + index, now, sink);
   slot.version ^= 1;
   slot.outstanding = false;
   --in_flight_;
@@ -668,15 +701,24 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   Nanos next = Nanos::max();
   bool expired = false;
   const bool unanswered = unanswered_ > 0;  // earlier resends drew no reply at all
+  const bool probing = config_.switch_answers_probes;
+  const Nanos tail = probing ? TailProbeTimeout() : Nanos::max();
   for (uint16_t i = 0; i < op.window; ++i) {
     Slot& slot = slots_[i];
     if (!slot.outstanding) continue;
+    if (tail != Nanos::max()) {
+      const Nanos last = std::max(slot.resent_at, slot.probed_at);
+      const Nanos wait = tail * (int64_t{1} << std::min<uint32_t>(slot.probes, 16));
+      slot.deadline = std::min(slot.deadline, last + wait);
+    }
     if (now >= slot.deadline) {
-      // Resend the packet unchanged: same slot, version and values.
-      Retransmit(slot, i, now, sink);
+      // Ask the switch, or resend the packet unchanged: same slot, version
+      // and values.
+      probing ? Probe(slot, i, now, sink) : Retransmit(slot, i, now, sink);
       ++unanswered_;
       expired = true;
-      const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(slot.attempts, 16));
+      const uint32_t tries = slot.attempts + slot.probes;
+      const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(tries, 16));
       slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
     }
     next = std::min(next, slot.deadline);
@@ -690,6 +732,32 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     ++counters_.timeout_backoffs;
   }
   next_scan_ = next;
+}
+
+void WorkerEngine::ProbeGaps(uint64_t position, Nanos now, PacketSink& sink) {
+  // Every rank sends in chunk order over a link that keeps order, so the
+  // switch completes slots in that order and a result for this position
+  // means each earlier one completed too, or lacks a lost contribution. A
+  // probe asks which.
+  const uint64_t w = queue_.front().window;
+  for (; gap_cursor_ < position; ++gap_cursor_) {
+    const auto index = uint16_t(gap_cursor_ % w);
+    Slot& slot = slots_[index];
+    if (slot.outstanding && slot.round == gap_cursor_ / w && slot.probes == 0) {
+      Probe(slot, index, now, sink);
+    }
+  }
+  gap_cursor_ = std::max(gap_cursor_, position + 1);
+}
+
+Nanos WorkerEngine::TailProbeTimeout() const {
+  const Op& op = queue_.front();
+  if (send_cursor_ < uint64_t(op.chunks) + op.window || sizer_.min_rtt() == Nanos::max()) {
+    return Nanos::max();
+  }
+  const double rate = sizer_.max_rate_per_second();
+  const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
+  return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
 }
 
 Nanos WorkerEngine::NextDeadline() const {

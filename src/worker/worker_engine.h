@@ -35,10 +35,17 @@
 // for the next round of a slot it waits on, that slot's; for its next
 // operation, every one it waits for (the others finished this one); else
 // the oldest unanswered packet, as above. Otherwise the slot's timeout
-// resends: the smoothed round trip plus four deviations (RFC 6298), at least
+// fires: the smoothed round trip plus four deviations (RFC 6298), at least
 // twice the round trip, floored in microseconds. Only a timeout with no
-// answer from the switch at all backs off: a random loss is not congestion. Loss-free in-order
-// links resend nothing; reordering can cost a resend (it breaks the in-order witness).
+// answer from the switch at all backs off: a random loss is not congestion.
+// With a switch that answers probes (config.switch_answers_probes) a timeout
+// probes the slot (a header-only kProbe) instead of resending; so does a
+// result that comes before an earlier slot's (the switch completes slots in
+// chunk order), and, in an operation's tail, a short wait (TailProbeTimeout).
+// The switch answers with the result, or a pending reply that tells whether
+// this rank's packet is missing (resend it) or others' (wait). Loss-free
+// in-order links resend nothing; reordering can cost a resend (it breaks
+// the in-order witness).
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -114,6 +121,10 @@ struct WorkerEngineConfig {
   // NaN/Inf in a float input: the chunks holding it come back NaN on every
   // rank either way; true also fails the operation with DATA_LOSS.
   bool non_finite_error = false;
+  // The switch answers kProbe packets (the software switch does; the P4
+  // programs do not): a timeout then asks it for the slot's state instead of
+  // resending the values, and only a rank whose packet is missing resends.
+  bool switch_answers_probes = false;
 
   Status Validate() const;
 };
@@ -132,6 +143,7 @@ struct WorkerEngineCounters {
   uint64_t wrong_job_or_rank = 0;     // well-formed but not for this worker
   uint64_t invalid = 0;               // wrong type, slot, size or exponent for this job
   uint64_t timeout_backoffs = 0;      // times a timeout without progress doubled it
+  uint64_t probes_sent = 0;           // kProbe packets (no values) for overdue slots
   uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (the switch's NACK)
   uint64_t nacks_received = 0;        // kNack packets for an outstanding slot
   uint64_t nacks_ignored = 0;         // of them, naming a packet not (yet) proven lost
@@ -200,6 +212,16 @@ class WorkerEngine {
   void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
   void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // Asks the switch for the slot's state (a kProbe: its result, or which
+  // ranks it misses).
+  void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // Once every packet of the operation is sent, how long a slot may wait
+  // before a probe: twice the least round trip plus the results due
+  // (Nanos::max() when not in the tail, or nothing is measured yet).
+  Nanos TailProbeTimeout() const;
+  // A result came for send position `position`: probes the earlier slots
+  // still waiting (see the .cc).
+  void ProbeGaps(uint64_t position, Nanos now, PacketSink& sink);
   // The slot index of a received packet for this engine's running
   // operation; -1 (counted) for anything else.
   int SlotOf(std::span<const uint8_t> packet, PacketView* p);
@@ -259,6 +281,7 @@ class WorkerEngine {
   OpId next_op_id_ = 1;
   uint32_t next_chunk_base_ = 0;  // chunk-id sequence, continuous across ops
   uint64_t send_cursor_ = 0;      // next (round * w + slot) of the running op to send
+  uint64_t gap_cursor_ = 0;       // positions before it were answered or probed
   uint16_t in_flight_ = 0;        // slots waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
