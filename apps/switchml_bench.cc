@@ -160,6 +160,7 @@ nlohmann::json SizeJson(const Options& o, const ContextConfig& config, Context& 
   j["packets_sent"] = c.packets_sent - before.packets_sent;
   j["retransmissions"] = c.retransmissions - before.retransmissions;
   j["fast_retransmissions"] = c.fast_retransmissions - before.fast_retransmissions;
+  j["probes"] = c.probes_sent - before.probes_sent;
   j["udp_offload"] = config.udp_offload;
   j["transport"] = config.transport;
   j["offload"] = ctx.offload();  // what the kernel granted

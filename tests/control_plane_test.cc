@@ -122,6 +122,8 @@ TEST(ControlPlane, PushesEachStartedJobWholeToItsTarget) {
     ASSERT_TRUE(joined.first[r].has_assignment()) << joined.status[r].error_message();
     EXPECT_EQ(joined.first[r].assignment().data_address(), "10.0.0.9");
     EXPECT_EQ(joined.first[r].assignment().data_port(), 4242u);
+    // Its workers resend on a timeout: the target does not say it answers probes.
+    EXPECT_FALSE(joined.first[r].assignment().answers_probes());
   }
   {
     std::lock_guard lock(log->mu);
@@ -195,6 +197,7 @@ TEST(SoftwareTarget, InstallsAJobInEveryShardAndRemovesItEverywhere) {
   auto target = SoftwareTarget::Open(config, *fabric);
   ASSERT_TRUE(target.ok()) << target.status().ToString();
   SoftwareTarget& software = *target.value();
+  EXPECT_TRUE(software.answers_probes());  // its data plane does (docs/wire-format.md)
   EXPECT_EQ(software.data_ports().size(), 3u);
   software.Start();
   JobInstall job;

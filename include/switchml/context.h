@@ -60,6 +60,7 @@ struct ContextCounters {
   uint64_t packets_sent = 0;
   uint64_t retransmissions = 0;
   uint64_t fast_retransmissions = 0;  // of them, sent before their timeout (later results came)
+  uint64_t probes_sent = 0;           // header-only questions to the switch (docs/wire-format.md)
   uint64_t results_accepted = 0;
   uint64_t duplicates = 0;
   uint64_t invalid = 0;             // malformed, foreign or otherwise invalid packets received

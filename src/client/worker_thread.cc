@@ -227,6 +227,7 @@ void WorkerThread::PublishCounters() {
   packets_sent_.store(c.packets_sent, std::memory_order_relaxed);
   retransmissions_.store(c.retransmissions, std::memory_order_relaxed);
   fast_retransmissions_.store(c.fast_retransmissions, std::memory_order_relaxed);
+  probes_sent_.store(c.probes_sent, std::memory_order_relaxed);
   results_accepted_.store(c.results_accepted, std::memory_order_relaxed);
   duplicates_.store(c.duplicates, std::memory_order_relaxed);
   invalid_.store(c.malformed + c.wrong_job_or_rank + c.invalid + auth_failures_,
@@ -241,6 +242,7 @@ void WorkerThread::AddCounters(ContextCounters& total) const {
   total.packets_sent += packets_sent_.load(std::memory_order_relaxed);
   total.retransmissions += retransmissions_.load(std::memory_order_relaxed);
   total.fast_retransmissions += fast_retransmissions_.load(std::memory_order_relaxed);
+  total.probes_sent += probes_sent_.load(std::memory_order_relaxed);
   total.results_accepted += results_accepted_.load(std::memory_order_relaxed);
   total.duplicates += duplicates_.load(std::memory_order_relaxed);
   total.invalid += invalid_.load(std::memory_order_relaxed);

@@ -97,7 +97,8 @@ class WorkerThread {
   uint64_t window_sent_ = 0, window_resent_ = 0, window_pending_ = 0;
 
   std::atomic<uint64_t> packets_sent_{0}, retransmissions_{0}, fast_retransmissions_{0},
-      results_accepted_{0}, duplicates_{0}, invalid_{0}, multicast_received_total_{0};
+      probes_sent_{0}, results_accepted_{0}, duplicates_{0}, invalid_{0},
+      multicast_received_total_{0};
   std::atomic<uint32_t> window_{0};
   std::atomic<bool> switch_silent_{false};
   std::atomic<int64_t> min_rtt_ns_{0};

@@ -562,7 +562,7 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   // Karn: a resent packet's round trip is ambiguous, unless the switch said
   // the resend was needless (then leaving the sample out would keep the
   // timeout below the waits that other ranks' losses cause).
-  if ((slot.attempts == 0 && slot.probes == 0) || slot.needless_resend) {
+  if (slot.attempts == 0 || slot.needless_resend) {
     answered_ = std::max(answered_, slot.send_order);
     SampleRoundTrip(now - slot.sent_at);
     sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
