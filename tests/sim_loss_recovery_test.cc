@@ -202,14 +202,21 @@ TEST(LossRecovery, OnSlowLinksTheSwitchNacksOnlyStalledSlots) {
   EXPECT_LE(slowdown, 1.25) << nacks << " NACKs, " << counts.net.lost << " lost";
 }
 
-// The spurious count is exact: with a timeout below the round trip (40 us
-// and more) every resend is needless, and the simulator says so.
-TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
+// 4 workers on a loss-free path whose round trip (40 us and more) is longer
+// than their timeout.
+SimClusterOptions TimeoutsBelowTheRoundTrip() {
   SimClusterOptions o = Options(4, Path{10, 20}, 0.0);
-  o.probes = false;  // as with a P4 switch: a timeout resends
   o.retransmit_timeout = microseconds(30);
   o.min_retransmit_timeout = microseconds(30);
   o.max_retransmit_timeout = microseconds(60);
+  return o;
+}
+
+// The spurious count is exact: with a timeout below the round trip every
+// resend is needless, and the simulator says so.
+TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
+  SimClusterOptions o = TimeoutsBelowTheRoundTrip();
+  o.probes = false;  // as with a P4 switch: a timeout resends
   auto c = SimCluster::Create(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Counts counts = RunThree(*c.value(), 4, 64 * kK).all;
@@ -221,11 +228,7 @@ TEST(LossRecovery, ResendsBeforeTheRoundTripAreCountedAsSpurious) {
 // The same timeouts with a switch that answers probes: each asks for the
 // slot's state, and nothing is resent.
 TEST(LossRecovery, TimeoutsBeforeTheRoundTripOnlyProbe) {
-  SimClusterOptions o = Options(4, Path{10, 20}, 0.0);
-  o.retransmit_timeout = microseconds(30);
-  o.min_retransmit_timeout = microseconds(30);
-  o.max_retransmit_timeout = microseconds(60);
-  auto c = SimCluster::Create(o);
+  auto c = SimCluster::Create(TimeoutsBelowTheRoundTrip());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Counts counts = RunThree(*c.value(), 4, 64 * kK).all;
   EXPECT_EQ(counts.net.retransmissions, 0u);

@@ -262,17 +262,20 @@ void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink&
   ++slot.attempts;
 }
 
-void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+PacketHeader WorkerEngine::SlotHeader(const Slot& slot, uint16_t index, MessageType type) const {
   PacketHeader h;
-  h.type = MessageType::kProbe;
+  h.type = type;
   h.job = config_.job.value();
   h.chunk = ChunkId(slot.round, index);
   h.rank = config_.rank.value();
   h.slot = uint16_t(config_.slot_offset + index);
-  h.element_count = 0;
   h.version = slot.version;
-  EncodeHeader(h, buf);
+  return h;
+}
+
+void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+  EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
   sink.Send(buf.first(kHeaderBytes));
   ++counters_.probes_sent;
   ++slot.probes;
@@ -320,14 +323,8 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
   }
   std::memset(payload + 4 * filled, 0, 4 * (k - filled));
 
-  PacketHeader h;
-  h.type = MessageType::kContribution;
-  h.job = config_.job.value();
-  h.chunk = ChunkId(slot.round, index);
-  h.rank = config_.rank.value();
-  h.slot = uint16_t(config_.slot_offset + index);
+  PacketHeader h = SlotHeader(slot, index, MessageType::kContribution);
   h.element_count = uint16_t(k);
-  h.version = slot.version;
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
   h.next_exponent = next_exponent;
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));

@@ -212,6 +212,8 @@ class WorkerEngine {
   void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
   void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // The header fields every packet of this slot's current round shares.
+  PacketHeader SlotHeader(const Slot& slot, uint16_t index, MessageType type) const;
   // Asks the switch for the slot's state (a kProbe: its result, or which
   // ranks it misses).
   void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
