@@ -36,8 +36,9 @@ struct Args {
   int racks = 1;
   double upstream_gbps = 0;
   double upstream_latency_us = -1;
-  int warmup = 2;
+  int warmup = 4;
   bool no_probes = false;
+  bool whole_descriptor_round = false;
   bool json = false;
 };
 
@@ -80,11 +81,15 @@ void AddOptions(CLI::App& app, Args& a) {
       ->check(CLI::Range(-1.0, 1e6));
   app.add_option("--warmup", a.warmup,
                  "all-reduces before the measured one: a job's first operation uses the slots "
-                 "every rank knows in advance; later ones, what the ranks measured")
+                 "every rank knows in advance; later ones, what the ranks measured (the window "
+                 "and the slots settle in about three)")
       ->check(CLI::Range(0, 100));
   app.add_flag("--no-probes", a.no_probes,
                "workers resend overdue packets instead of probing the switch (as with a P4 "
                "switch, which does not answer probes)");
+  app.add_flag("--whole-descriptor-round", a.whole_descriptor_round,
+               "the descriptor round sends whole packets instead of exponent-only ones (as "
+               "with a P4 switch, which takes whole packets only)");
   app.add_flag("--json", a.json, "print one JSON object instead of the text lines");
 }
 
@@ -112,6 +117,7 @@ switchml::SimClusterOptions ClusterOptions(const Args& a) {
   o.network.reorder_delay = Micros(a.reorder_us);
   o.racks = uint16_t(a.racks);
   o.probes = !a.no_probes;
+  o.exponent_only = !a.whole_descriptor_round;
   o.network.upstream_link_bits_per_second = uint64_t(a.upstream_gbps * 1e9);
   o.network.upstream_latency =
       a.upstream_latency_us < 0 ? Nanos(-1) : Micros(a.upstream_latency_us);
@@ -218,6 +224,7 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"wall_s", o.wall_s},
         {"warmup", a.warmup},
         {"probes_enabled", !a.no_probes},
+        {"exponent_only_packets", !a.whole_descriptor_round},
         {"packets_sent", t.sent},
         {"retransmissions", t.retransmissions},
         {"nack_retransmissions", t.nack_resends},

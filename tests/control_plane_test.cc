@@ -124,6 +124,9 @@ TEST(ControlPlane, PushesEachStartedJobWholeToItsTarget) {
     EXPECT_EQ(joined.first[r].assignment().data_port(), 4242u);
     // Its workers resend on a timeout: the target does not say it answers probes.
     EXPECT_FALSE(joined.first[r].assignment().answers_probes());
+    // Nor that it takes exponent-only packets: the descriptor round sends
+    // whole ones.
+    EXPECT_FALSE(joined.first[r].assignment().exponent_only_packets());
   }
   {
     std::lock_guard lock(log->mu);
@@ -198,6 +201,7 @@ TEST(SoftwareTarget, InstallsAJobInEveryShardAndRemovesItEverywhere) {
   ASSERT_TRUE(target.ok()) << target.status().ToString();
   SoftwareTarget& software = *target.value();
   EXPECT_TRUE(software.answers_probes());  // its data plane does (docs/wire-format.md)
+  EXPECT_TRUE(software.exponent_only_packets());
   EXPECT_EQ(software.data_ports().size(), 3u);
   software.Start();
   JobInstall job;

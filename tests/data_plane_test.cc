@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <vector>
 
 namespace switchml {
@@ -240,6 +241,36 @@ TEST_F(DataPlaneTest, ExponentMismatchIsDropped) {
   EXPECT_EQ(dp_->Process(b, out_).reason, DropReason::kBadExponent);
 }
 
+// An exponent-only contribution (no values, docs/wire-format.md) counts in
+// like any other: its result is a header with the maximum next exponent.
+// One aggregation takes whole packets or exponent-only ones, never both.
+TEST_F(DataPlaneTest, ExponentOnlyContributionsAgreeTheNextExponent) {
+  Register(1, 2);
+  EXPECT_EQ(Send(1, 0, 1, 0, 1, {}, 5).action, Action::kDrop);
+  const Verdict v = Keep(Send(1, 1, 1, 0, 1, {}, 9));
+  ASSERT_EQ(v.action, Action::kSendToAll);
+  ASSERT_EQ(v.out_bytes, kHeaderBytes);
+  PacketView view;
+  ASSERT_EQ(DecodePacket(std::span(out_.data(), v.out_bytes), &view), DecodeError::kOk);
+  EXPECT_EQ(view.header.type, MessageType::kResult);
+  EXPECT_EQ(view.header.element_count, 0);
+  EXPECT_EQ(view.header.next_exponent, 9);
+  EXPECT_EQ(view.header.chunk, 1u);
+  // A retransmission gets the same header.
+  const Verdict again = Send(1, 0, 1, 0, 1, {}, 5);
+  EXPECT_EQ(again.action, Action::kReplyToSender);
+  EXPECT_EQ(again.out_bytes, kHeaderBytes);
+  // Mixed in one aggregation: dropped, and the sum is untouched.
+  EXPECT_EQ(Send(1, 0, 2, 0, 2, {}).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 1, 2, 0, 2, {1, 2, 3, 4}).reason, DropReason::kElementCount);
+  EXPECT_EQ(Send(1, 0, 3, 0, 3, {1, 2, 3, 4}).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 1, 3, 0, 3, {}).reason, DropReason::kElementCount);
+  const Verdict whole = Keep(Send(1, 1, 3, 0, 3, {10, 20, 30, 40}));
+  ASSERT_EQ(whole.action, Action::kSendToAll);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{11, 22, 33, 44}));
+  EXPECT_EQ(dp_->counters().drops[size_t(DropReason::kElementCount)], 2u);
+}
+
 TEST_F(DataPlaneTest, InvalidFieldsAreCountedPerReason) {
   Register(1, 2, 0, 4);
   EXPECT_EQ(Send(2, 0, 0, 0, 0, {1, 2, 3, 4}).reason, DropReason::kUnknownJob);
@@ -326,9 +357,11 @@ TEST(DataPlaneConfigTest, ValidationNamesTheBadValue) {
 }
 
 // The NACK (docs/wire-format.md, "Loss recovery"): a slot that stays
-// incomplete past the job's spread of arrivals is NACKed, first to every
-// rank, then to the missing ones alone; a missing rank whose newer chunk
-// came is named as lost, one that sent nothing newer as behind.
+// incomplete past the job's spread of arrivals is watched, again after
+// twice the wait each time. A watch NACKs the missing ranks whose packet
+// must have been lost (their newer chunk came); from the second watch on
+// also those that wait for the slot's previous result; from the fourth
+// every missing rank. A watch with none of them to name sends nothing.
 TEST_F(DataPlaneTest, AStalledSlotIsNackedNamingItsMissingRanks) {
   Register(1, 4);
   dp_->AdvanceClock(Nanos(1000));
@@ -339,46 +372,81 @@ TEST_F(DataPlaneTest, AStalledSlotIsNackedNamingItsMissingRanks) {
   ASSERT_NE(due, Nanos::max());
   EXPECT_GT(due, Nanos(1000));
   EXPECT_EQ(dp_->NextTimerPacket(due - Nanos(1), out_).action, Action::kDrop);  // not yet
-  // Both stalled slots come due: slot 3 (ranks 0-2 missing, all behind) and
-  // slot 2, the one this test follows.
-  auto nack_of_slot_2 = [&](Nanos at) {
-    Verdict found;
-    std::vector<int32_t> values;
-    for (Verdict v; (v = dp_->NextTimerPacket(at, out_)).action != Action::kDrop;) {
-      Keep(v);
-      if (v.slot == 2) found = v, values = OutValues();
+  // The NACKs of the next watch, by slot: slot 2 (rank 3 lost, rank 1
+  // behind) and slot 3 (ranks 0-2 behind).
+  auto watch = [&] {
+    const Nanos at = dp_->NextTimer();
+    std::map<uint16_t, std::vector<int32_t>> named;
+    for (Verdict v; (v = Keep(dp_->NextTimerPacket(at, out_))).action != Action::kDrop;) {
+      EXPECT_EQ(v.action, Action::kNackToMissing);
+      EXPECT_EQ(v.job, 1u);
+      named[v.slot] = OutValues();
     }
-    last_bytes_ = found.out_bytes;
-    return std::make_pair(found, values);
+    return named;
   };
-  const auto [v, values] = nack_of_slot_2(due);
-  ASSERT_EQ(v.action, Action::kNackToAll);  // the first one: the others wait
-  EXPECT_EQ(v.job, 1u);
-  // Lost: rank 3 (its newer chunk came). Behind: rank 1.
-  EXPECT_EQ(values, (std::vector<int32_t>{0b1000, 0b0010}));
-  std::vector<uint8_t> nack(out_.begin(), out_.begin() + long(v.out_bytes));
+  using Named = std::map<uint16_t, std::vector<int32_t>>;
+  const Named first = watch();
+  EXPECT_EQ(first, (Named{{2, {0b1000, 0b0000}}}));  // lost: rank 3
+  std::vector<uint8_t> nack = Packet(1, 0, 2, 1, 9, {0b1000, 0b0000});
+  nack[3] = uint8_t(MessageType::kNack);
   PacketView view;
   ASSERT_EQ(DecodePacket(nack, &view), DecodeError::kOk);
-  EXPECT_EQ(view.header.type, MessageType::kNack);
-  EXPECT_EQ(view.header.chunk, 9u);
-  EXPECT_EQ(view.header.slot, 2);
-  EXPECT_EQ(view.header.version, 1);
-  EXPECT_EQ(view.header.rank, kAllRanks);
-  EXPECT_TRUE(NackNames(nack, 1));
   EXPECT_TRUE(NackNames(nack, 3));
-  EXPECT_FALSE(NackNames(nack, 0));
-  EXPECT_EQ(dp_->counters().nacks_sent, 2u);
-  EXPECT_EQ(dp_->JobCounters(JobId(1)).nacks_sent, 2u);
-  // The next NACK waits longer, and goes to the missing ranks only.
-  const Nanos again = dp_->NextTimer();
-  EXPECT_GT(again - due, due - Nanos(1000));
-  const auto [later, later_values] = nack_of_slot_2(again);
-  EXPECT_EQ(later.action, Action::kNackToMissing);
-  EXPECT_EQ(later_values, (std::vector<int32_t>{0b1000, 0b0010}));
+  EXPECT_FALSE(NackNames(nack, 1));
+  EXPECT_EQ(dp_->counters().nacks_sent, 1u);
+  EXPECT_EQ(dp_->JobCounters(JobId(1)).nacks_sent, 1u);
+  // No rank waits for a previous result here: the same twice more, each
+  // watch twice as long after the last.
+  const Nanos second_at = dp_->NextTimer();
+  EXPECT_EQ(watch(), first);
+  EXPECT_GT(dp_->NextTimer() - second_at, second_at - due);
+  EXPECT_EQ(watch(), first);
+  // Then every missing rank.
+  EXPECT_EQ(watch(), (Named{{2, {0b1000, 0b0010}}, {3, {0b0000, 0b0111}}}));
   // Once ranks 1 and 3 come slot 2 completes and is NACKed no more.
   EXPECT_EQ(Send(1, 1, 2, 1, 9, {1, 1, 1, 1}).action, Action::kDrop);
   ASSERT_EQ(Send(1, 3, 2, 1, 9, {1, 1, 1, 1}).action, Action::kSendToAll);
-  EXPECT_EQ(nack_of_slot_2(Nanos::max() / 2).first.action, Action::kDrop);
+  EXPECT_EQ(watch().count(2), 0u);
+}
+
+// A rank counted in the slot's previous chunk but missing from this one,
+// which the others started once they had that result, lost the result (or
+// is slow): once it has sent nothing for the spread of arrivals, the second
+// watch names it. A rank still sending earlier chunks is behind, and only
+// the fourth watch names it.
+TEST_F(DataPlaneTest, ARankThatWaitsForTheSlotsPreviousResultIsNackedFromTheSecondWatch) {
+  for (const bool stopped : {true, false}) {
+    SCOPED_TRACE(stopped ? "stopped" : "behind, still sending");
+    SetUp();
+    Register(1, 3);
+    dp_->AdvanceClock(Nanos(1000));
+    for (uint32_t chunk = 4; chunk < 8; ++chunk) {  // chunk 4 completes; rank 2 sends no more
+      for (uint16_t r = 0; r < (chunk == 4 ? 3 : 2); ++r) {
+        Send(1, r, uint16_t(chunk - 4), 0, chunk, {1, 1, 1, 1});
+      }
+    }
+    Send(1, 0, 0, 1, 8, {1, 1, 1, 1});  // ranks 0 and 1 had chunk 4's result; rank 2 not yet
+    Send(1, 1, 0, 1, 8, {1, 1, 1, 1});
+    uint32_t next_of_rank_2 = 5;
+    auto nacks_of_slot_0 = [&] {
+      const Nanos at = dp_->NextTimer();
+      if (!stopped && next_of_rank_2 < 8) {  // just before the watch
+        dp_->AdvanceClock(at - Nanos(1));
+        Send(1, 2, uint16_t(next_of_rank_2 - 4), 0, next_of_rank_2, {1, 1, 1, 1});
+        ++next_of_rank_2;
+      }
+      std::vector<int32_t> named;
+      for (Verdict v; (v = Keep(dp_->NextTimerPacket(at, out_))).action != Action::kDrop;) {
+        if (v.slot == 0) named = OutValues();
+      }
+      return named;
+    };
+    EXPECT_EQ(nacks_of_slot_0(), std::vector<int32_t>{});  // the first watch is silent
+    const std::vector<int32_t> rank_2 = {0b000, 0b100};
+    EXPECT_EQ(nacks_of_slot_0(), stopped ? rank_2 : std::vector<int32_t>{});
+    EXPECT_EQ(nacks_of_slot_0(), stopped ? rank_2 : std::vector<int32_t>{});
+    EXPECT_EQ(nacks_of_slot_0(), rank_2);
+  }
 }
 
 // Ranks drift apart by a packet or two; on a slow link that is longer than
@@ -399,6 +467,8 @@ TEST_F(DataPlaneTest, TheNackDelayIsAtLeastTwoPacketTimesOfTheLink) {
   EXPECT_EQ(dp_->NextTimer(), at + Nanos(std::chrono::microseconds(20)));
 }
 
+// A retransmission says the sender's timer fired (a worker that does not
+// probe): the slot is NACKed at once, naming every missing rank.
 TEST_F(DataPlaneTest, ARetransmissionToAStalledSlotNacksTheMissingRanksAtOnce) {
   Register(1, 2);
   dp_->AdvanceClock(Nanos(1000));
@@ -408,9 +478,33 @@ TEST_F(DataPlaneTest, ARetransmissionToAStalledSlotNacksTheMissingRanksAtOnce) {
   EXPECT_EQ(Send(1, 0, 0, 0, 4, {1, 1, 1, 1}).action, Action::kPendingToSender);
   EXPECT_EQ(dp_->NextTimer(), Nanos(1000));
   const Verdict v = Keep(dp_->NextTimerPacket(Nanos(1000), out_));
-  ASSERT_EQ(v.action, Action::kNackToAll);
+  ASSERT_EQ(v.action, Action::kNackToMissing);
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b00, 0b10}));  // rank 1, behind
   EXPECT_LT(Nanos(1000), due);
+}
+
+// A rank sends its chunks in order, chunk c into slot c mod the job's slots,
+// over a link that keeps order: its chunk c coming while the slot before
+// still aggregates chunk c - 1 without it says that packet was lost. The
+// slot is NACKed at once, naming that rank only; a rank already counted
+// there wakes nothing, nor does a chunk whose predecessor is not there.
+TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
+  Register(1, 3);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // chunk 3: ranks 0 and 1, rank 2's was lost
+  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
+  const Nanos watch = dp_->NextTimer();
+  ASSERT_GT(watch, Nanos(1000));
+  Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // rank 0's chunk 4: counted in chunk 3
+  EXPECT_EQ(dp_->NextTimer(), watch);
+  Send(1, 1, 2, 1, 6, {1, 1, 1, 1});  // rank 1's chunk 6: slot 1 holds no chunk 5
+  EXPECT_EQ(dp_->NextTimer(), watch);
+  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});  // rank 2's chunk 4: its chunk 3 was lost
+  EXPECT_EQ(dp_->NextTimer(), Nanos(1000));
+  const Verdict v = Keep(dp_->NextTimerPacket(Nanos(1000), out_));
+  ASSERT_EQ(v.action, Action::kNackToMissing);
+  EXPECT_EQ(v.slot, 3u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));  // rank 2, lost
 }
 
 TEST_F(DataPlaneTest, ANackSentToTheSwitchIsDroppedAsNotAContribution) {

@@ -265,6 +265,7 @@ WorkerEngineConfig EngineConfig(const ContextConfig& config, const control::v1::
   e.operation_timeout = std::chrono::milliseconds(config.operation_timeout_ms);
   e.non_finite_error = config.non_finite_error;
   e.switch_answers_probes = a.answers_probes();
+  e.switch_accepts_exponent_only = a.exponent_only_packets();
   return e;
 }
 

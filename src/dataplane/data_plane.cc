@@ -19,6 +19,12 @@ constexpr Nanos kNackMaxDelay = std::chrono::milliseconds(100);
 // (a packet's time on its link): ranks drift apart by a few packets, and a
 // packet takes 90 ns on a 100 Gbit/s link but 9 µs on a 1 Gbit/s one.
 constexpr int kGapsPerNackDelay = 2;
+// A watch falls due; the slot is NACKed at once if a missing rank sent a
+// newer chunk (links keep order: its packet was lost). Ranks that sent
+// nothing newer may only be behind: they are NACKed from this many watches
+// on (at 2^(n+1) - 1 times the delay), and the silent watches leave the
+// slot's spread sample in (Karn's rule leaves NACKed slots out).
+constexpr int kSilentWatches = 3;
 
 }  // namespace
 
@@ -106,6 +112,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   seen_.assign(slots * bitmap_words_, 0);
   remaining_.assign(slots, 0);
   used_.assign(slots, 0);
+  words_.assign(slots, 0);
   chunk_.assign(slots, 0);
   exponent_.assign(slots, 0);
   max_next_exponent_.assign(slots, 0);
@@ -114,6 +121,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   upstream_sent_at_.assign(slots, Nanos(0));
   first_at_.assign(slots, Nanos(0));
   nack_tries_.assign(slots, 0);
+  nacked_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
   // aggregation until it falls due: twice the slots covers both.
@@ -139,7 +147,7 @@ void DataPlane::WatchStall(JobEntry& job, size_t slot, Nanos delay) {
 void DataPlane::SampleSpread(JobEntry& job, size_t slot) {
   // Karn's rule: a NACKed slot's completion measures the recovery, not the
   // spread.
-  if (nack_tries_[slot] != 0) return;
+  if (nacked_[slot] != 0) return;
   const Nanos sample = now_ - first_at_[slot];
   if (job.spread == Nanos(0) && job.spread_dev == Nanos(0)) {
     job.spread = sample;
@@ -152,31 +160,51 @@ void DataPlane::SampleSpread(JobEntry& job, size_t slot) {
 }
 
 size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
-                            std::span<uint8_t> out) const {
+                            NackScope scope, std::span<uint8_t> out, bool* names_lost) const {
   // Payload: two bitmaps of the missing ranks (of those served here) as
   // 32-bit words, rank r in word r/32, bit r%32: first those whose newer
-  // chunk came (this one was lost), then the others (behind, or lost too).
+  // chunk came (this one was lost), then the others (behind, or lost too;
+  // only those `scope` names).
   const uint16_t words = uint16_t((job.reg.world_size + 31) / 32);
   EncodeHeader(
       SlotHeader(job, slot, MessageType::kNack, kAllRanks, version, job_slot, uint16_t(2 * words)),
       out);
   const uint64_t* seen = &seen_[slot * bitmap_words_];
+  // Ranks counted in the other version's completed aggregation (the chunk
+  // before this one in the slot) wait for its result, which went out before
+  // the others could start this one.
+  const size_t other = (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
+  const bool other_done = used_[other] && remaining_[other] == 0 && !awaits_upstream_[other];
+  const uint64_t* counted_before = &seen_[other * bitmap_words_];
   uint8_t* dst = out.data() + kHeaderBytes;
+  uint32_t named = 0;
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
     const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
     uint32_t served = ranks == 32 ? ~0u : (1u << ranks) - 1;
     if (!job.local_mask.empty()) served &= uint32_t(job.local_mask[w / 2] >> (32 * (w % 2)));
     const uint32_t missing = ~uint32_t(seen[w / 2] >> (32 * (w % 2))) & served;
-    uint32_t lost = 0;
+    uint32_t lost = 0, stopped = 0;
     for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
       const int b = __builtin_ctz(bits);
       if (job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
+      if (job.SilentSince(uint16_t(first_rank + b), first_at_[slot])) stopped |= 1u << b;
+    }
+    uint32_t others = missing & ~lost;
+    if (scope == NackScope::kLost) {
+      others = 0;
+    } else if (scope == NackScope::kLostOrWaiting) {
+      // Only ranks that sent nothing since this chunk's first contribution:
+      // one still sending earlier chunks is behind, and a NACK per slot
+      // would only crowd its link.
+      others &= other_done ? uint32_t(counted_before[w / 2] >> (32 * (w % 2))) & stopped : 0;
     }
     StoreBe32(dst + 4 * w, lost);
-    StoreBe32(dst + 4 * (words + w), missing & ~lost);
+    StoreBe32(dst + 4 * (words + w), others);
+    named |= lost | others;
+    *names_lost |= lost != 0;
   }
-  return PacketBytes(uint16_t(2 * words));
+  return named != 0 ? PacketBytes(uint16_t(2 * words)) : 0;
 }
 
 Verdict DataPlane::NextNack(std::span<uint8_t> out) {
@@ -203,20 +231,24 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // an eighth of its age, so such a rank gets a NACK per slot a number of
     // times that grows with the log of its delay, never more than every
     // kNackMaxDelay.
+    const NackScope scope = nack_tries_[slot] == 0               ? NackScope::kLost
+                            : nack_tries_[slot] < kSilentWatches ? NackScope::kLostOrWaiting
+                                                                 : NackScope::kAll;
     if (nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
     const Nanos age = now_ - first_at_[slot];
     WatchStall(job, slot,
                std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
                         kNackMaxDelay));
+    bool names_lost = false;
+    const size_t bytes = WriteNack(job, slot, version, job_slot, scope, out, &names_lost);
+    if (bytes == 0) continue;  // none lost yet: the missing ranks may be behind
+    // The slot's completion then times a recovery, not the spread (unless
+    // the NACK only woke ranks that may have lost the previous result).
+    if (names_lost || scope == NackScope::kAll) nacked_[slot] = 1;
     ++counters_.nacks_sent;
     ++job.counters.nacks_sent;
-    return Verdict{nack_tries_[slot] == 1 ? Action::kNackToAll : Action::kNackToMissing,
-                   DropReason::kNone,
-                   kAllRanks,
-                   job.reg.world_size,
-                   WriteNack(job, slot, version, job_slot, out),
-                   job.reg.id.value(),
-                   job_slot};
+    return Verdict{Action::kNackToMissing, DropReason::kNone, kAllRanks, job.reg.world_size, bytes,
+                   job.reg.id.value(),     job_slot};
   }
   return Verdict{};
 }
@@ -410,8 +442,8 @@ PacketHeader DataPlane::SlotHeader(const JobEntry& job, size_t slot, MessageType
 }
 
 size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
-                              uint16_t job_slot, std::span<uint8_t> out) const {
-  const uint16_t k = job.reg.elements_per_packet;
+                              uint16_t job_slot, std::span<uint8_t> out, int words) const {
+  const auto k = uint16_t(words < 0 ? words_[slot] : words);
   PacketHeader h = SlotHeader(job, slot, MessageType::kResult, rank, version, job_slot, k);
   h.exponent = exponent_[slot];
   h.next_exponent = max_next_exponent_[slot];
@@ -447,7 +479,10 @@ Verdict DataPlane::WriteUpstream(JobEntry& job, size_t slot, uint8_t version, ui
                                  std::span<uint8_t> out) {
   // The slot's state as one member's contribution: the partial sum is not
   // re-quantized, and the workers' scale already counts every rank of the job.
-  const size_t bytes = WriteResult(job, slot, job.reg.upstream->rank, version, job_slot, out);
+  // Always whole packets (zeros for exponent-only ones): what any upstream
+  // switch takes.
+  const size_t bytes = WriteResult(job, slot, job.reg.upstream->rank, version, job_slot, out,
+                                   job.reg.elements_per_packet);
   PacketHeader h;
   h.type = MessageType::kContribution;
   h.job = job.reg.upstream->job.value();
@@ -501,6 +536,7 @@ Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
   if (h.exponent != exponent_[slot]) return Drop(&job, DropReason::kExponentMismatch);
   awaits_upstream_[slot] = 0;
   --awaiting_;
+  // (An exponent-only slot's result to its workers stays exponent-only.)
   Int32FromBigEndian(packet.payload, reg.elements_per_packet,
                      reinterpret_cast<int32_t*>(&acc_[slot * config_.max_elements_per_packet]));
   max_next_exponent_[slot] = h.next_exponent;
@@ -576,16 +612,39 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
     return Drop(job, bad);
   }
+  WatchChunkBefore(*job, h);
   return CountIn(*job, packet, slot, other, out);
+}
+
+void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
+  // A rank sends its chunks in order, chunk c into slot c mod the job's
+  // slots, over a link that keeps order. If the slot before this one
+  // aggregates chunk c - 1 without this rank, its packet was lost: waiting
+  // for the stall's watch (the ranks' spread and more) would hold the slot
+  // for nothing. Where the previous chunk is not there (an operation
+  // using fewer slots, or it completed), the watch stays as it was.
+  const uint32_t pool_slot = job.reg.pool_base + (h.slot == 0 ? job.reg.pool_slots : h.slot) - 1;
+  for (uint8_t version = 0; version < 2; ++version) {
+    const size_t slot = SlotIndexOf(version, pool_slot);
+    if (!used_[slot] || remaining_[slot] == 0 || awaits_upstream_[slot] ||
+        chunk_[slot] != h.chunk - 1) {
+      continue;
+    }
+    const bool counted = seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64));
+    if (!counted && nack_due_[slot] > now_) WatchStall(job, slot, Nanos(0));
+    return;
+  }
 }
 
 DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader& h) const {
   const JobRegistration& reg = job.reg;
   if (h.rank >= reg.world_size || !job.IsLocal(h.rank)) return DropReason::kRankOutOfRange;
   if (h.slot >= reg.pool_slots) return DropReason::kSlotOutOfRange;
-  // A probe carries no values.
-  const uint16_t count = h.type == MessageType::kProbe ? 0 : reg.elements_per_packet;
-  if (h.element_count != count) return DropReason::kElementCount;
+  // A probe carries no values; a contribution a whole packet of them, or
+  // none (an exponent-only packet: docs/wire-format.md).
+  const bool words_ok = h.element_count == 0 || (h.type != MessageType::kProbe &&
+                                                 h.element_count == reg.elements_per_packet);
+  if (!words_ok) return DropReason::kElementCount;
   if (!IsValidExponent(h.exponent) || !IsValidExponent(h.next_exponent)) {
     return DropReason::kBadExponent;
   }
@@ -600,20 +659,31 @@ void DataPlane::NoteNewestChunk(JobEntry& job, const PacketHeader& h) {
   job.sent_any[h.rank] = 1;
 }
 
+Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slot,
+                                std::span<uint8_t> out) {
+  ++counters_.results_resent;
+  ++job.counters.results_resent;
+  // The rank lost this result, so the other version's aggregation (the
+  // slot's next chunk, which the others started) waited for a recovery: its
+  // completion does not time the spread.
+  const size_t other = (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
+  if (remaining_[other] != 0) nacked_[other] = 1;
+  return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, job.reg.world_size,
+                 WriteResult(job, slot, h.rank, h.version, h.slot, out)};
+}
+
 // A retransmission: this rank already counted in (v, slot).
 Verdict DataPlane::OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
                                     std::span<uint8_t> out) {
   if (h.chunk != chunk_[slot]) return Drop(&job, DropReason::kStaleChunk);
   const uint16_t world = job.reg.world_size;
-  if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {
-    ++counters_.results_resent;
-    ++job.counters.results_resent;
-    return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, world,
-                   WriteResult(job, slot, h.rank, h.version, h.slot, out)};
-  }
+  if (remaining_[slot] == 0 && !awaits_upstream_[slot]) return ResendResult(job, h, slot, out);
   // The sender's timer fired: the slot stalled. NACK its missing ranks at the
   // next timer, unless it awaits the upstream (which has its own).
-  if (!awaits_upstream_[slot] && nack_due_[slot] > now_) WatchStall(job, slot, Nanos(0));
+  if (!awaits_upstream_[slot] && nack_due_[slot] > now_) {
+    nack_tries_[slot] = std::max<uint8_t>(nack_tries_[slot], kSilentWatches);
+    WatchStall(job, slot, Nanos(0));
+  }
   ++counters_.pending_replies;
   ++job.counters.pending_replies;
   return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, world,
@@ -629,10 +699,7 @@ Verdict DataPlane::OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bo
   if (counted) {
     if (!holds_chunk) return Drop(&job, DropReason::kStaleChunk);
     if (remaining_[slot] == 0 && !awaits_upstream_[slot]) {  // its result was lost
-      ++counters_.results_resent;
-      ++job.counters.results_resent;
-      return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, world,
-                     WriteResult(job, slot, h.rank, h.version, h.slot, out)};
+      return ResendResult(job, h, slot, out);
     }
   } else if (used_[slot] && ChunkBefore(h.chunk, chunk_[slot])) {
     return Drop(&job, DropReason::kStaleChunk);  // the slot moved on: the rank had its result
@@ -646,6 +713,8 @@ Verdict DataPlane::OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bo
   ++counters_.pending_replies;
   ++job.counters.pending_replies;
   const bool aggregating = holds_chunk && (counted || remaining_[slot] != 0);
+  // The reply tells the rank to resend: the slot's spread is a recovery's.
+  if (aggregating && !counted) nacked_[slot] = 1;
   return Verdict{Action::kPendingToSender, DropReason::kNone, h.rank, world,
                  WritePending(job, slot, h, out, aggregating)};
 }
@@ -661,6 +730,8 @@ DropReason DataPlane::CheckJoin(const PacketHeader& h, size_t slot, size_t other
                                               : DropReason::kChunkMismatch;
   } else if (h.exponent != exponent_[slot]) {
     return DropReason::kExponentMismatch;
+  } else if (h.element_count != words_[slot]) {
+    return DropReason::kElementCount;  // exponent-only and whole packets do not mix
   }
   // A worker sends into version v only once it holds the result of version
   // 1-v, so while 1-v still aggregates this cannot be one of its packets
@@ -680,9 +751,12 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
   seen_[slot * bitmap_words_ + h.rank / 64] |= bit;
   seen_[other * bitmap_words_ + h.rank / 64] &= ~bit;
   uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
-  const uint16_t k = reg.elements_per_packet;
+  const uint16_t k = h.element_count;
   if (remaining_[slot] == 0) {  // the first
     Int32FromBigEndian(packet.payload, k, reinterpret_cast<int32_t*>(acc));
+    // An exponent-only aggregation's sum is zeros (if it goes upstream).
+    std::fill_n(acc + k, reg.elements_per_packet - k, 0u);
+    words_[slot] = k;
     used_[slot] = 1;
     chunk_[slot] = h.chunk;
     exponent_[slot] = h.exponent;
@@ -690,6 +764,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     remaining_[slot] = uint16_t(job.expected - 1);
     first_at_[slot] = now_;
     nack_tries_[slot] = 0;
+    nacked_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.

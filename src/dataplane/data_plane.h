@@ -76,10 +76,8 @@ enum class Action : uint8_t {
   kSendToAll,        // send the result in `out` to every rank of the job
   kPendingToSender,  // send the kPending packet in `out` to the contributing rank
   kSendUpstream,     // send the contribution in `out` to the job's upstream switch
-  kNackToMissing,    // send the kNack packet in `out` to each rank its payload
+  kNackToMissing     // send the kNack packet in `out` to each rank its payload
                      // bitmaps name (in a tree's root: each rack switch)
-  kNackToAll         // the same kNack to every rank of the job: a slot's first
-                     // NACK also tells the ranks it does not name to wait
 };
 
 // Why a packet was dropped. Each has a counter.
@@ -194,9 +192,9 @@ class DataPlane {
   void AdvanceClock(Nanos now) { now_ = std::max(now_, now); }
 
   // Hot path: the next packet a timer sends at `now`, written into `out`: a
-  // kNack for a stalled slot (kNackToAll the first time, so that the ranks
-  // that did contribute wait instead of resending; kNackToMissing after), or an
-  // overdue upstream contribution (kSendUpstream); kDrop when none is due.
+  // kNack for a stalled slot, to the missing ranks it names (see NextNack()),
+  // or an overdue upstream contribution (kSendUpstream); kDrop when none is
+  // due.
   // Call until kDrop, at NextTimer() or later (earlier is harmless).
   Verdict NextTimerPacket(Nanos now, std::span<uint8_t> out);
   // When NextTimerPacket() next has work; Nanos::max() when nothing waits.
@@ -241,6 +239,10 @@ class DataPlane {
     bool SentNewer(uint16_t rank, uint32_t chunk) const {
       return sent_any[rank] && ChunkBefore(chunk, newest_chunk[rank]);
     }
+    // The rank sent nothing after `t`.
+    bool SilentSince(uint16_t rank, Nanos t) const {
+      return !sent_any[rank] || newest_at[rank] <= t;
+    }
 
     Nanos NackDelay() const;
     bool IsLocal(uint16_t rank) const {
@@ -271,6 +273,9 @@ class DataPlane {
   // counting it in, which may complete the slot.
   DropReason CheckContribution(const JobEntry& job, const PacketHeader& h) const;
   void NoteNewestChunk(JobEntry& job, const PacketHeader& h);
+  // The rank's previous chunk is still missing from the slot aggregating
+  // it: that packet was lost; NACK it at the next timer.
+  void WatchChunkBefore(JobEntry& job, const PacketHeader& h);
   Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
                   std::span<uint8_t> out);
   Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
@@ -282,8 +287,9 @@ class DataPlane {
   // the slot's chunk id, exponents zero.
   PacketHeader SlotHeader(const JobEntry& job, size_t slot, MessageType type, uint16_t rank,
                           uint8_t version, uint16_t job_slot, uint16_t element_count) const;
+  // The slot's result with its words_ (`words`: that many instead).
   size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
-                     uint16_t job_slot, std::span<uint8_t> out) const;
+                     uint16_t job_slot, std::span<uint8_t> out, int words = -1) const;
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
                       std::span<uint8_t> out, bool holds_chunk = true) const;
   void ResetSegment(uint32_t base, uint32_t count);
@@ -298,10 +304,18 @@ class DataPlane {
   // due after `delay`.
   void WatchStall(JobEntry& job, size_t slot, Nanos delay);
   void SampleSpread(JobEntry& job, size_t slot);
+  // The complete slot's result again, to rank h.rank, which lost it.
+  Verdict ResendResult(JobEntry& job, const PacketHeader& h, size_t slot, std::span<uint8_t> out);
   // The next due NACK, or kDrop.
   Verdict NextNack(std::span<uint8_t> out);
+  // Which missing ranks a NACK names: those whose packet must have been
+  // lost; also those that wait for the slot's previous result (lost, or the
+  // rank is slow); or all.
+  enum class NackScope { kLost, kLostOrWaiting, kAll };
+  // The slot's kNack naming its missing ranks in `scope`; 0 bytes when it
+  // names none.
   size_t WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
-                   std::span<uint8_t> out) const;
+                   NackScope scope, std::span<uint8_t> out, bool* names_lost) const;
 
   DataPlaneConfig config_;
   size_t bitmap_words_;  // 64-bit words per seen-bitmap
@@ -311,15 +325,19 @@ class DataPlane {
   std::vector<uint64_t> seen_;       // bitmaps, stride bitmap_words_
   std::vector<uint16_t> remaining_;  // contributions still missing; 0 = idle or complete
   std::vector<uint8_t> used_;        // the slot has held a chunk since its reset
-  std::vector<uint32_t> chunk_;      // chunk id of the current or last aggregation
-  std::vector<int16_t> exponent_;    // scale exponent of the current aggregation
+  // Words of the aggregation's contributions: the job's elements_per_packet,
+  // or 0 for exponent-only packets (set by the first contribution).
+  std::vector<uint16_t> words_;
+  std::vector<uint32_t> chunk_;    // chunk id of the current or last aggregation
+  std::vector<int16_t> exponent_;  // scale exponent of the current aggregation
   std::vector<int16_t> max_next_exponent_;
   // In a tree: the slot is complete here and waits for the upstream result.
   std::vector<uint8_t> awaits_upstream_;
   std::vector<uint8_t> upstream_tries_;
   std::vector<Nanos> upstream_sent_at_;
   std::vector<Nanos> first_at_;      // when the current aggregation's first contribution came
-  std::vector<uint8_t> nack_tries_;  // NACKs sent for the current aggregation
+  std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
+  std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
   std::vector<Nanos> nack_due_;      // when the slot's live watch falls due
   // Aggregations that may stall, a min-heap by due time (never reallocated:
   // reserved at construction; a full heap watches no more until it drains).

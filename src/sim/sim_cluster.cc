@@ -56,6 +56,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.operation_timeout = o.operation_timeout;
     config.non_finite_error = o.non_finite_error;
     config.switch_answers_probes = o.probes;
+    config.switch_accepts_exponent_only = o.exponent_only;
     auto engine = WorkerEngine::Create(config);
     if (!engine.ok()) return engine.status();
     raw.push_back(engine.value().get());

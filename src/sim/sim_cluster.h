@@ -31,6 +31,10 @@ struct SimClusterOptions {
   // The engines probe overdue slots (WorkerEngineConfig::switch_answers_probes,
   // as with the software switch); false: they resend, as with a P4 switch.
   bool probes = true;
+  // The descriptor round sends exponent-only packets
+  // (WorkerEngineConfig::switch_accepts_exponent_only, as with the software
+  // switch); false: whole packets, as with a P4 switch.
+  bool exponent_only = true;
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
   // 2 or more: a tree (docs/design.md §10). The ranks split into this many

@@ -185,12 +185,11 @@ void SimNetwork::Forward(size_t s, const Verdict& v) {
         for (uint16_t r : ranks_of_rack_[s]) Transmit(r, r, false, out);
       }
       break;
-    case Action::kNackToAll:
     case Action::kNackToMissing: {
-      // Every member, or those the payload's bitmaps name (racks, at the root).
+      // The members the payload's bitmaps name (racks, at the root).
       const size_t members = IsRoot(s) ? racks : workers_.size();
       for (uint16_t r = 0; r < v.world_size && r < members; ++r) {
-        if (v.action == Action::kNackToMissing && !NackNames(out, r)) continue;
+        if (!NackNames(out, r)) continue;
         if (IsRoot(s)) {
           Transmit(SwitchNode(r), workers_.size() + r, false, out);
         } else {

@@ -296,6 +296,7 @@ JobEvent ControlService::AssignmentEvent(const JobRecord& job, uint16_t rank) co
   a->set_data_port(ports[0]);
   a->set_data_address(target_->data_address());
   a->set_answers_probes(target_->answers_probes());
+  a->set_exponent_only_packets(target_->exponent_only_packets());
   if (ports.size() > 1) {
     for (uint16_t port : ports) a->add_data_ports(port);
   }

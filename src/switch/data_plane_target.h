@@ -97,6 +97,9 @@ class DataPlaneTarget {
   // Assignment tells the workers, who otherwise resend on a timeout. The P4
   // programs do not (the default).
   virtual bool answers_probes() const { return false; }
+  // Whether it takes exponent-only contributions (docs/wire-format.md); the
+  // P4 programs take whole packets only (the default).
+  virtual bool exponent_only_packets() const { return false; }
 
   // Refuses, before it joins, a rank whose request the target cannot serve
   // (a P4 switch's fixed packet size or its hosts). Ok by default.

@@ -122,11 +122,11 @@ void PacketHandler::Deliver(Book& book, uint16_t thread, const Verdict& v,
   }
   const size_t length = book.auth ? book.auth->Sign(out.data(), v.out_bytes) : v.out_bytes;
   const std::span<const uint8_t> reply(out.data(), length);
-  if (v.action == Action::kNackToMissing || v.action == Action::kNackToAll) {
+  if (v.action == Action::kNackToMissing) {
     // To the ranks the bitmaps name (all served here: the data plane names
-    // no others), or to every rank served here.
+    // no others).
     for (uint16_t r = 0; r < v.world_size; ++r) {
-      if (v.action == Action::kNackToMissing && !NackNames(out, r)) continue;
+      if (!NackNames(out, r)) continue;
       const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
       if (to.sin_port != 0) sink.Send(reply, to);
     }

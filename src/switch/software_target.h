@@ -30,6 +30,7 @@ class SoftwareTarget final : public DataPlaneTarget {
   std::string name() const override { return "software"; }
   DataPlaneConfig limits() const override { return shards_[0]->config(); }
   bool answers_probes() const override { return true; }
+  bool exponent_only_packets() const override { return true; }
   std::string data_address() const override { return ""; }
   std::vector<uint16_t> data_ports() const override { return data_ports_; }
   std::vector<sockaddr_in> ResultGroups(const JobAssignment& job, uint16_t threads) const override;

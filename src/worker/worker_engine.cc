@@ -25,6 +25,11 @@ constexpr uint32_t kDescriptorShare = 32;
 // each line and evicts the packet buffers.
 constexpr uint64_t kStreamingOutputBytes = 8u << 20;
 
+// A slot that the switch says waits for other ranks is asked about again
+// after a round trip this many times, then after twice the wait each time
+// (a late rank rather than a recovery).
+constexpr uint32_t kProbesBeforeBackoff = 3;
+
 // Whole milliseconds, as the configuration's *_ms fields give them.
 std::string WholeMillis(Nanos d) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
@@ -55,19 +60,28 @@ struct WorkerEngine::Op {
 struct WorkerEngine::Slot {
   uint8_t version = 0;  // pool version of the next packet; persists across ops
   bool outstanding = false;
+  // Its packet counts against the window: a whole packet not shown to wait
+  // on a loss recovery (see LeaveWindow()).
+  bool in_window = false;
   uint32_t round = 0;
   int16_t scale = 0;  // exponent agreed for the chunk of `round`
   uint32_t attempts = 0;
   // The switch answered a resend with kPending naming this rank present:
   // the resend was needless, and the result still times the first send.
   bool needless_resend = false;
-  Nanos sent_at{0};     // of the round's first transmission
-  Nanos resent_at{0};   // of its latest transmission
-  Nanos probed_at{0};   // of its latest probe (0: none this round)
-  uint32_t probes = 0;  // this round
+  Nanos sent_at{0};    // of the round's first transmission
+  Nanos resent_at{0};  // of its latest transmission
+  // By when the switch has that transmission, or this rank a NACK or
+  // result that it sent after: PathTimeout() from then.
+  Nanos answer_due{0};
+  Nanos probed_at{0};              // of its latest probe (0: none this round)
+  uint32_t probes = 0;             // this round
+  uint32_t unanswered_probes = 0;  // since the switch last answered about it
+  bool recovering = false;         // shown to wait on a loss recovery
   Nanos deadline{0};
-  uint64_t delivered_at_send = 0;  // results accepted when it was sent
+  uint64_t delivered_at_send = 0;  // whole_results_ when it was sent
   uint64_t send_order = 0;         // of the round's first transmission, counting up
+  uint64_t last_order = 0;         // of its latest transmission or probe
 };
 
 Status WorkerEngineConfig::Validate() const {
@@ -120,10 +134,10 @@ StatusOr<std::unique_ptr<WorkerEngine>> WorkerEngine::Create(const WorkerEngineC
 
 WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
     : config_(config),
-      packet_bytes_(PacketBytes(config.elements_per_packet)),
       slots_(config.pool_slots),
       missing_((config.world_size + 31) / 32),
       sizer_(config.pool_slots),
+      recheck_(config.switch_answers_probes ? 2 * size_t(config.pool_slots) : 0),
       rto_(config.retransmit_timeout) {}
 
 WorkerEngine::~WorkerEngine() = default;
@@ -205,6 +219,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   }
   send_cursor_ = 0;
   gap_cursor_ = 0;
+  recheck_head_ = recheck_size_ = 0;
   sizer_.OnOperationStart();
   SendInOrder(now, sink);
 }
@@ -222,12 +237,27 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
   // times later, which its timeout must allow for.
   const double rate = sizer_.max_rate_per_second();
   const Nanos packet_time = rate > 0 ? Nanos(int64_t(1e9 / rate)) : Nanos(0);
-  for (Nanos queued{0}; in_flight_ < window && send_cursor_ < end; queued += packet_time) {
+  // Exponent-only packets (a header each) take no room in the window.
+  for (Nanos queued{0}; send_cursor_ < end;) {
     const auto index = uint16_t(send_cursor_ % w);
     Slot& slot = slots_[index];
-    if (slot.outstanding || slot.round != send_cursor_ / w) break;
+    if (slot.outstanding || slot.round != send_cursor_ / w) {
+      // The slot's next round waits for a result that is overdue: everything
+      // after it waits too, so ask the switch now.
+      if (config_.switch_answers_probes && slot.outstanding && slot.recovering &&
+          now >= slot.answer_due && now - slot.probed_at >= PathTimeout() / 2) {
+        Probe(slot, index, now, sink);
+      }
+      break;
+    }
+    const bool whole = WordsOf(slot, index) != 0;
+    if (whole && in_flight_ >= window) break;
     SendRound(slot, index, now, queued, sink);
-    ++in_flight_;
+    if (whole) {
+      ++in_flight_;
+      slot.in_window = true;
+      queued += packet_time;
+    }
     // All sent: the tail's slots are probed sooner (ScanTimers()).
     if (++send_cursor_ == end && config_.switch_answers_probes) next_scan_ = now;
   }
@@ -239,27 +269,40 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued
   slot.outstanding = true;
   slot.attempts = 0;
   slot.probes = 0;
+  slot.unanswered_probes = 0;
+  slot.recovering = false;
   slot.probed_at = Nanos(0);
   slot.needless_resend = false;
   slot.sent_at = now;
-  slot.delivered_at_send = counters_.results_accepted;
+  slot.delivered_at_send = whole_results_;
   slot.send_order = ++sends_;
-  slot.deadline = now + queued + rto_;
+  slot.last_order = slot.send_order;
+  slot.deadline = now + queued + SlotTimeout();
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
+uint16_t WorkerEngine::WordsOf(const Slot& slot, uint16_t index) const {
+  const bool exponent_only = config_.switch_accepts_exponent_only && slot.round == 0 && index != 0;
+  return exponent_only ? 0 : config_.elements_per_packet;
+}
+
 void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const std::span<uint8_t> buf = sink.Claim(packet_bytes_);
+  const size_t bytes = PacketBytes(WordsOf(slot, index));
+  const std::span<uint8_t> buf = sink.Claim(bytes);
   WritePacket(slot, index, buf.data());
-  sink.Send(buf.first(packet_bytes_));
+  sink.Send(buf.first(bytes));
   ++counters_.packets_sent;
   slot.resent_at = now;
+  slot.answer_due = now + PathTimeout();
 }
 
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   EmitPacket(slot, index, now, sink);
   ++counters_.retransmissions;
   ++slot.attempts;
+  LeaveWindow(slot);
+  slot.last_order = ++sends_;
+  PushRecheck(index, slot.last_order, false);
 }
 
 PacketHeader WorkerEngine::SlotHeader(const Slot& slot, uint16_t index, MessageType type) const {
@@ -279,7 +322,16 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   sink.Send(buf.first(kHeaderBytes));
   ++counters_.probes_sent;
   ++slot.probes;
+  ++slot.unanswered_probes;
   slot.probed_at = now;
+  slot.last_order = ++sends_;
+  PushRecheck(index, slot.last_order, true);
+  // The switch answers a probe at once: ask again if no answer comes
+  // within the path's round trip (doubling while none does).
+  const Nanos again =
+      PathTimeout() * (int64_t{1} << std::min<uint32_t>(slot.unanswered_probes - 1, 16));
+  slot.deadline = now + std::min(again, config_.max_retransmit_timeout);
+  next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
 void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
@@ -304,8 +356,11 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
     }
   }
 
+  const uint16_t words = WordsOf(slot, index);
   size_t filled = 0;
-  if (slot.round == 0) {
+  if (words == 0) {
+    // Exponent-only: the header alone.
+  } else if (slot.round == 0) {
     EncodeDescriptor(op.desc, payload);
     filled = kDescriptorWords;
   } else {
@@ -321,10 +376,10 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
                           MakeBlockScale(slot.scale, config_.world_size), payload);
     }
   }
-  std::memset(payload + 4 * filled, 0, 4 * (k - filled));
+  std::memset(payload + 4 * filled, 0, 4 * (words - filled));
 
   PacketHeader h = SlotHeader(slot, index, MessageType::kContribution);
-  h.element_count = uint16_t(k);
+  h.element_count = words;
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
   h.next_exponent = next_exponent;
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
@@ -409,7 +464,7 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
   // A result for the round this slot waits for.
   const bool is_float = queue_.front().dtype == DType::kFloat32;
   const int16_t expected_scale = (is_float && slot.round > 0) ? slot.scale : 0;
-  if (h.element_count != config_.elements_per_packet || h.exponent != expected_scale ||
+  if (h.element_count != WordsOf(slot, index) || h.exponent != expected_scale ||
       (is_float && !IsValidExponent(h.next_exponent))) {
     ++counters_.invalid;
     return;
@@ -442,8 +497,20 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   const bool named = (missing_word(me / 32) >> (me % 32)) & 1;
   if (!nack) {
     ++counters_.pending_received;
+    slot.unanswered_probes = 0;
     if (!named) {
+      // Others are missing: ask again later, less often the longer it takes
+      // (their recovery, or a late rank).
       slot.needless_resend = true;
+      if (config_.switch_answers_probes) {
+        const uint32_t doublings =
+            slot.probes > kProbesBeforeBackoff ? slot.probes - kProbesBeforeBackoff : 0;
+        const Nanos wait = PathTimeout() / 2 * (int64_t{1} << std::min<uint32_t>(doublings, 16));
+        slot.deadline = now + std::min(wait, config_.max_retransmit_timeout);
+      } else {
+        slot.deadline = std::max(slot.deadline, now + rto_);
+      }
+      next_scan_ = std::min(next_scan_, slot.deadline);
     } else if (slot.probed_at > slot.resent_at) {
       // The switch lacks this rank's packet, which went before the probe on
       // the same link: lost.
@@ -466,33 +533,45 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   const bool witnessed = lost && slot.attempts == 0;
   if (!witnessed && !Overdue(slot, now)) {
     ++counters_.nacks_ignored;  // the switch NACKs again if it is lost
+    AskIfUnsure(slot, index, now, sink);
     return;
   }
   ResendBeforeTimeout(slot, index, now, sink);
 }
 
 void WorkerEngine::ResendLostResult(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  // A resend less than a round trip ago may still be answered.
-  if (slot.attempts > 0 && now - slot.resent_at < SmoothedRoundTrip()) {
+  // A resend may still be answered.
+  if (slot.attempts > 0 && !Overdue(slot, now)) {
     ++counters_.nacks_ignored;
+    AskIfUnsure(slot, index, now, sink);
     return;
   }
   ResendBeforeTimeout(slot, index, now, sink);
 }
 
+void WorkerEngine::AskIfUnsure(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  // A probe follows the packet on the same link: its answer says for sure
+  // whether the switch has it (or its result), once the path's round trip
+  // allows for the packet to have arrived.
+  if (config_.switch_answers_probes && slot.probed_at <= slot.resent_at && now >= slot.answer_due) {
+    Probe(slot, index, now, sink);
+  }
+}
+
 void WorkerEngine::ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   Retransmit(slot, index, now, sink);
   ++counters_.fast_retransmissions;
-  slot.deadline = now + rto_;
+  slot.deadline = now + SlotTimeout();
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
 bool WorkerEngine::Overdue(const Slot& slot, Nanos now) const {
   if (slot.attempts == 0 && slot.send_order <= answered_) return true;
   // Without that witness (a resend, whose NACK may predate it; or no later
-  // result yet, as when every slot waits at scale) twice the smoothed round
-  // trip must have passed: longer than a packet takes, even queued.
-  return now - slot.resent_at >= 2 * SmoothedRoundTrip();
+  // result yet, as when every slot waits at scale) a switch that answers
+  // probes is asked (AskIfUnsure()); else twice the smoothed round trip must
+  // have passed: longer than a packet takes, even queued.
+  return !config_.switch_answers_probes && now - slot.resent_at >= 2 * SmoothedRoundTrip();
 }
 
 void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {
@@ -509,6 +588,7 @@ void WorkerEngine::ResendOverdue(Nanos now, PacketSink& sink) {
   Slot& slot = slots_[size_t(oldest)];
   if (!Overdue(slot, now)) {  // this rank merely lags, its window smaller than the others'
     ++counters_.nacks_ignored;
+    AskIfUnsure(slot, uint16_t(oldest), now, sink);
     return;
   }
   ResendBeforeTimeout(slot, uint16_t(oldest), now, sink);
@@ -519,11 +599,19 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   Op& op = queue_.front();
   const uint32_t k = config_.elements_per_packet;
   ++counters_.results_accepted;
+  // An exponent-only packet's round trip and rate say little about a whole
+  // packet's: only whole ones are sampled.
+  const bool whole = WordsOf(slot, index) != 0;
+  if (whole) ++whole_results_;
   if (slot.round == 0) {
-    const std::string disagreement = CheckDescriptorSums(op.desc, p.payload, config_.world_size);
-    if (!disagreement.empty()) {
-      Break(InvalidArgument(disagreement));
-      return;
+    // An exponent-only packet carries no descriptor; slot 0's always does,
+    // and no operation completes without it.
+    if (whole) {
+      const std::string disagreement = CheckDescriptorSums(op.desc, p.payload, config_.world_size);
+      if (!disagreement.empty()) {
+        Break(InvalidArgument(disagreement));
+        return;
+      }
     }
     // Slot 0's sums, the same on every rank, set the next operation's slots.
     if (index == 0) agreed_slots_ = AgreedSlots(p.payload, config_.world_size);
@@ -556,18 +644,22 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   // Reports on missing ranks predate this progress, even one that came in
   // the same instant (a probe's answer may trail the result it asked for).
   missing_reported_at_ = Nanos(-1);
+  // Whichever transmission this result answers came after the first.
+  answered_ = std::max(answered_, slot.send_order);
   // Karn: a resent packet's round trip is ambiguous, unless the switch said
   // the resend was needless (then leaving the sample out would keep the
   // timeout below the waits that other ranks' losses cause).
   if (slot.attempts == 0 || slot.needless_resend) {
-    answered_ = std::max(answered_, slot.send_order);
-    SampleRoundTrip(now - slot.sent_at);
-    sizer_.OnSample(now - slot.sent_at, counters_.results_accepted - slot.delivered_at_send);
+    if (whole) {
+      SampleRoundTrip(now - slot.sent_at);
+      sizer_.OnSample(now - slot.sent_at, whole_results_ - slot.delivered_at_send);
+    }
   }
   if (config_.switch_answers_probes) ProbeGaps(uint64_t(slot.round) * op.window + index, now, sink);
   slot.version ^= 1;
   slot.outstanding = false;
-  --in_flight_;
+  LeaveWindow(slot);
+  if (config_.switch_answers_probes) Recheck(now, sink);
   const bool slot_done = ++slot.round > RoundsOf(index);
   if (!slot_done || ++op.slots_done < op.window) {
     SendInOrder(now, sink);
@@ -711,12 +803,15 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     if (now >= slot.deadline) {
       // Ask the switch, or resend the packet unchanged: same slot, version
       // and values.
-      probing ? Probe(slot, i, now, sink) : Retransmit(slot, i, now, sink);
       ++unanswered_;
       expired = true;
-      const uint32_t tries = slot.attempts + slot.probes;
-      const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(tries, 16));
-      slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
+      if (probing) {
+        Probe(slot, i, now, sink);  // sets the deadline
+      } else {
+        Retransmit(slot, i, now, sink);
+        const Nanos backoff = rto_ * (int64_t{1} << std::min<uint32_t>(slot.attempts, 16));
+        slot.deadline = now + std::min(backoff, config_.max_retransmit_timeout);
+      }
     }
     next = std::min(next, slot.deadline);
   }
@@ -731,6 +826,38 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   next_scan_ = next;
 }
 
+void WorkerEngine::LeaveWindow(Slot& slot) {
+  slot.recovering = true;
+  if (!slot.in_window) return;
+  slot.in_window = false;
+  --in_flight_;
+}
+
+void WorkerEngine::PushRecheck(uint16_t index, uint64_t order, bool probe) {
+  if (recheck_.empty()) return;
+  if (recheck_size_ == recheck_.size()) {  // full: the oldest is left to the timers
+    recheck_head_ = (recheck_head_ + 1) % recheck_.size();
+    --recheck_size_;
+  }
+  recheck_[(recheck_head_ + recheck_size_++) % recheck_.size()] = {index, probe, order};
+}
+
+void WorkerEngine::Recheck(Nanos now, PacketSink& sink) {
+  // Links keep order, and the switch answers a probe (or counts a resend)
+  // when it arrives: once a result answers a packet sent after them, a probe
+  // still unanswered or a resend whose slot still waits was lost, or its
+  // answer or result was. Ask again.
+  while (recheck_size_ > 0 && recheck_[recheck_head_].order < answered_) {
+    const RecheckEntry e = recheck_[recheck_head_];
+    recheck_head_ = (recheck_head_ + 1) % recheck_.size();
+    --recheck_size_;
+    Slot& slot = slots_[e.index];
+    if (!slot.outstanding || slot.last_order != e.order) continue;  // answered, or asked since
+    if (e.probe && slot.unanswered_probes == 0) continue;
+    Probe(slot, e.index, now, sink);
+  }
+}
+
 void WorkerEngine::ProbeGaps(uint64_t position, Nanos now, PacketSink& sink) {
   // Every rank sends in chunk order over a link that keeps order, so the
   // switch completes slots in that order and a result for this position
@@ -741,10 +868,30 @@ void WorkerEngine::ProbeGaps(uint64_t position, Nanos now, PacketSink& sink) {
     const auto index = uint16_t(gap_cursor_ % w);
     Slot& slot = slots_[index];
     if (slot.outstanding && slot.round == gap_cursor_ / w && slot.probes == 0) {
+      LeaveWindow(slot);
       Probe(slot, index, now, sink);
     }
   }
   gap_cursor_ = std::max(gap_cursor_, position + 1);
+}
+
+Nanos WorkerEngine::SlotTimeout() const {
+  return config_.switch_answers_probes ? PathTimeout() : rto_;
+}
+
+Nanos WorkerEngine::PathTimeout() const {
+  if (sizer_.min_rtt() == Nanos::max()) return rto_;
+  // The queue drains at most at the largest delivery rate measured, and at
+  // most at the window per smoothed round trip: results that arrive in
+  // batches (a receive batch, an interrupt) overstate the first. Waits for
+  // other ranks understate the second, so it counts down to an eighth of
+  // the first only.
+  const double max_rate = sizer_.max_rate_per_second();
+  const double rate =
+      std::max(max_rate / 8,
+               std::min(max_rate, double(Window()) * 1e9 / double(SmoothedRoundTrip().count())));
+  const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
+  return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {
@@ -752,9 +899,7 @@ Nanos WorkerEngine::TailProbeTimeout() const {
   if (send_cursor_ < uint64_t(op.chunks) + op.window || sizer_.min_rtt() == Nanos::max()) {
     return Nanos::max();
   }
-  const double rate = sizer_.max_rate_per_second();
-  const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
-  return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
+  return PathTimeout();
 }
 
 Nanos WorkerEngine::NextDeadline() const {

@@ -25,27 +25,36 @@
 // at most `window` of them unanswered. The window is this worker's own
 // choice (see src/worker/window_sizer.h) and needs no agreement: a slot
 // whose packet one worker holds back just waits at the switch, so the job
-// runs at the smallest window of its workers.
+// runs at the smallest window of its workers. A slot that a later packet's
+// result shows waiting on a loss recovery, or that was resent, leaves the
+// window (LeaveWindow()), as TCP counts a lost packet out of the pipe.
 //
 // Loss: the software switch NACKs the ranks missing from a slot that
 // stalls. A missing rank resends at once when the switch saw a newer packet
-// of it (links deliver in order, so this one was lost), else when a packet
-// it sent later already got its result, or two smoothed round trips passed
-// (Overdue()). A NACK for a chunk it has not sent yet finds a lost result:
-// for the next round of a slot it waits on, that slot's; for its next
-// operation, every one it waits for (the others finished this one); else
-// the oldest unanswered packet, as above. Otherwise the slot's timeout
-// fires: the smoothed round trip plus four deviations (RFC 6298), at least
-// twice the round trip, floored in microseconds. Only a timeout with no
-// answer from the switch at all backs off: a random loss is not congestion.
-// With a switch that answers probes (config.switch_answers_probes) a timeout
-// probes the slot (a header-only kProbe) instead of resending; so does a
-// result that comes before an earlier slot's (the switch completes slots in
-// chunk order), and, in an operation's tail, a short wait (TailProbeTimeout).
-// The switch answers with the result, or a pending reply that tells whether
-// this rank's packet is missing (resend it) or others' (wait). Loss-free
-// in-order links resend nothing; reordering can cost a resend (it breaks
-// the in-order witness).
+// of it (links deliver in order, so this one was lost), or when a packet it
+// sent later already got its result. A NACK for a chunk it has not sent yet
+// finds a lost result: for the next round of a slot it waits on, that
+// slot's; for its next operation, every one it waits for (the others
+// finished this one); else the oldest unanswered packet, as above.
+// Otherwise, with a switch that answers probes (config.switch_answers_probes,
+// the software switch), the engine asks: a header-only kProbe, answered with
+// the result or a pending reply that tells whether this rank's packet is
+// missing (resend it) or others' (ask again later). It probes a slot when
+// the path's round trip passed without its result (PathTimeout(): the least
+// round trip plus the packets queued ahead, not the wait for other ranks),
+// when a later packet's result comes first (the switch completes slots in
+// chunk order), when a later packet's result shows a probe or resend lost
+// (Recheck()), when the slot holds up the next packet in chunk order and was
+// shown to wait on a recovery, and when a NACK does not prove its packet lost. Without probes (a P4
+// switch) a slot's timeout resends it: the smoothed round trip plus four deviations (RFC 6298), at
+// least twice the round trip, floored in microseconds, and a NACK without proof resends after two
+// smoothed round trips. Only a timeout with no answer from the switch at all backs off: a random
+// loss is not congestion. Loss-free in-order links resend nothing; reordering can cost a resend (it
+// breaks the in-order witness).
+//
+// Exponent-only packets: with a switch that takes them
+// (config.switch_accepts_exponent_only), round 0 of every slot but slot 0 is
+// a header alone (its next_exponent); those take no room in the window.
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -125,6 +134,11 @@ struct WorkerEngineConfig {
   // programs do not): a timeout then asks it for the slot's state instead of
   // resending the values, and only a rank whose packet is missing resends.
   bool switch_answers_probes = false;
+  // The switch takes exponent-only contributions (no values; the software
+  // switch does, the P4 programs do not): the descriptor round then sends
+  // only slot 0's descriptor as values, and every other slot's packet is a
+  // header that agrees its first exponent (docs/wire-format.md).
+  bool switch_accepts_exponent_only = false;
 
   Status Validate() const;
 };
@@ -217,6 +231,16 @@ class WorkerEngine {
   // Asks the switch for the slot's state (a kProbe: its result, or which
   // ranks it misses).
   void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // How long the switch takes to answer this rank at most: twice the least
+  // round trip plus the packets queued ahead (the results due, at the
+  // largest delivery rate, at most the window per smoothed round trip), the
+  // slot round trip before any sample. Unlike the smoothed round trip it
+  // leaves out most of the wait for the other ranks' contributions.
+  Nanos PathTimeout() const;
+  // How long a slot waits for its result before it asks (a probe: the
+  // switch answers at once, and asking costs a header) or resends (the
+  // retransmission timeout, which allows for the other ranks' waits).
+  Nanos SlotTimeout() const;
   // Once every packet of the operation is sent, how long a slot may wait
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
@@ -224,6 +248,17 @@ class WorkerEngine {
   // A result came for send position `position`: probes the earlier slots
   // still waiting (see the .cc).
   void ProbeGaps(uint64_t position, Nanos now, PacketSink& sink);
+  // A later packet's result shows the slot waits on a loss recovery (of its
+  // packet, its result or another rank's packet), or it was resent: its
+  // packet no longer counts against the window, so the others keep the link
+  // busy meanwhile (as TCP's fast recovery counts a lost packet out of the
+  // pipe).
+  void LeaveWindow(Slot& slot);
+  // Remembers a resend or probe (of transmission `order`) for Recheck().
+  void PushRecheck(uint16_t index, uint64_t order, bool probe);
+  // Probes the slots whose resend or probe a later packet's result shows
+  // lost (see the .cc).
+  void Recheck(Nanos now, PacketSink& sink);
   // The slot index of a received packet for this engine's running
   // operation; -1 (counted) for anything else.
   int SlotOf(std::span<const uint8_t> packet, PacketView* p);
@@ -243,11 +278,18 @@ class WorkerEngine {
   // the link lost (a NACK says the others moved past it), unless it was
   // resent less than a round trip ago.
   void ResendLostResult(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // A NACK names this rank, but its latest transmission may still be on the
+  // way: probes once after it (a switch that answers probes), once the
+  // path's round trip has passed.
+  void AskIfUnsure(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // A resend a NACK called for, before the slot's timeout (counted in
   // fast_retransmissions); the timeout restarts.
   void ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
-  // Writes that packet into `buf` (packet_bytes_): the same bytes every time
-  // until the slot moves on.
+  // Words of the slot's packet (and result) this round: 0 for an
+  // exponent-only packet, else elements_per_packet.
+  uint16_t WordsOf(const Slot& slot, uint16_t index) const;
+  // Writes that packet into `buf` (PacketBytes(WordsOf())): the same bytes
+  // every time until the slot moves on.
   void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);
@@ -266,7 +308,6 @@ class WorkerEngine {
   uint16_t Window() const;  // packets in flight allowed now: fixed or measured
 
   WorkerEngineConfig config_;
-  size_t packet_bytes_;
   std::vector<Slot> slots_;
   // Ranks the switch reported missing (bitmap) in its pending answers for
   // missing_chunk_, the oldest unanswered chunk it reported on since the last
@@ -284,14 +325,27 @@ class WorkerEngine {
   uint32_t next_chunk_base_ = 0;  // chunk-id sequence, continuous across ops
   uint64_t send_cursor_ = 0;      // next (round * w + slot) of the running op to send
   uint64_t gap_cursor_ = 0;       // positions before it were answered or probed
-  uint16_t in_flight_ = 0;        // slots waiting for a result
+  uint16_t in_flight_ = 0;        // whole packets waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
   WindowSizer sizer_;
-  Nanos rto_;              // current retransmission timeout
-  Nanos srtt_{0};          // smoothed round trip; 0 before the first sample
-  Nanos rttvar_{0};        // its mean deviation
-  uint64_t sends_ = 0;     // first transmissions so far (Slot::send_order)
-  uint64_t answered_ = 0;  // the latest first transmission whose result came
+  // Resends and probes in the order sent, a ring (allocated once).
+  struct RecheckEntry {
+    uint16_t index;
+    bool probe;
+    uint64_t order;
+  };
+  std::vector<RecheckEntry> recheck_;
+  size_t recheck_head_ = 0;
+  size_t recheck_size_ = 0;
+  Nanos rto_;           // current retransmission timeout
+  Nanos srtt_{0};       // smoothed round trip; 0 before the first sample
+  Nanos rttvar_{0};     // its mean deviation
+  uint64_t sends_ = 0;  // transmissions and probes so far (their order)
+  // The latest first transmission of a slot whose result came: every packet
+  // sent before it reached the switch or was lost, and the switch's answers
+  // to them came or were lost.
+  uint64_t answered_ = 0;
+  uint64_t whole_results_ = 0;  // results accepted but exponent-only ones
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
   uint64_t unanswered_ = 0;  // retransmissions since the last packet from the switch
