@@ -507,6 +507,50 @@ TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));  // rank 2, lost
 }
 
+// A multipath fabric reorders: a first transmission overtaken by its rank's
+// next chunk that still comes shows how late packets run. From then on the
+// switch waits that long, and a quarter more (at most a rank's quickest
+// turnaround from a result to its next contribution), before it calls an
+// overtaken packet lost. A resend (flagged) widens nothing.
+TEST_F(DataPlaneTest, APacketOvertakenYetDeliveredDelaysTheNextLossCallByItsLateness) {
+  Register(1, 2);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+  ASSERT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).action, Action::kSendToAll);
+  dp_->AdvanceClock(Nanos(3000));
+  Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // 2,000 ns after chunk 0's result: the turnaround
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  dp_->AdvanceClock(Nanos(3100));
+  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // rank 1's chunk 2 overtakes its chunk 1
+  const Verdict at_once = Keep(dp_->NextTimerPacket(Nanos(3100), out_));  // none seen yet
+  ASSERT_EQ(at_once.action, Action::kNackToMissing);
+  EXPECT_EQ(at_once.slot, 1u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
+  dp_->AdvanceClock(Nanos(3600));
+  EXPECT_EQ(Send(1, 1, 1, 0, 1, {1, 1, 1, 1}).action, Action::kSendToAll);  // 500 ns late
+  dp_->AdvanceClock(Nanos(4000));
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // rank 0's chunk 3 overtakes its chunk 2
+  EXPECT_EQ(Keep(dp_->NextTimerPacket(Nanos(4000 + 624), out_)).action, Action::kDrop);
+  const Verdict v = Keep(dp_->NextTimerPacket(Nanos(4000 + 625), out_));
+  ASSERT_EQ(v.action, Action::kNackToMissing);
+  EXPECT_EQ(v.slot, 2u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b01, 0b00}));  // rank 0, lost
+  // Its resend, 2,625 ns after chunk 3 overtook it, leaves the window as the
+  // loss made it (a sixteenth less), as the next overtaken packet shows.
+  dp_->AdvanceClock(Nanos(6625));
+  std::vector<uint8_t> resend = Packet(1, 0, 2, 0, 2, {1, 1, 1, 1});
+  resend[kFlagsOffset] |= kFlagResend;
+  EXPECT_EQ(dp_->Process(resend, out_).action, Action::kSendToAll);
+  dp_->AdvanceClock(Nanos(6700));
+  Send(1, 1, 0, 1, 4, {1, 1, 1, 1});  // rank 1's chunk 4 overtakes its chunk 3
+  const Nanos due(6700 + 625 - 625 / 16);
+  EXPECT_EQ(Keep(dp_->NextTimerPacket(due - Nanos(1), out_)).action, Action::kDrop);
+  const Verdict w = Keep(dp_->NextTimerPacket(due, out_));
+  ASSERT_EQ(w.action, Action::kNackToMissing);
+  EXPECT_EQ(w.slot, 3u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
+}
+
 TEST_F(DataPlaneTest, ANackSentToTheSwitchIsDroppedAsNotAContribution) {
   Register(1, 2);
   std::vector<uint8_t> nack = Packet(1, 0, 0, 0, 0, {1});

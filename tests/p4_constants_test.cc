@@ -59,6 +59,9 @@ TEST_F(P4Constants, WireFormatMatches) {
   EXPECT_EQ(Get("SWITCHML_TYPE_PROBE"), long(MessageType::kProbe));
   EXPECT_EQ(Get("SWITCHML_FLAG_VERSION"), kFlagVersionBit);
   EXPECT_EQ(Get("SWITCHML_FLAG_AUTHENTICATED"), kFlagAuthenticated);
+  EXPECT_EQ(Get("SWITCHML_FLAG_RESEND"), kFlagResend);
+  EXPECT_EQ(Get("SWITCHML_FLAGS_RESERVED"),
+            uint8_t(~(kFlagVersionBit | kFlagAuthenticated | kFlagResend)));
   EXPECT_EQ(Get("SWITCHML_ALL_RANKS"), kAllRanks);
   EXPECT_EQ(Get("SWITCHML_MAX_ELEMENTS"), kMaxElementsPerPacket);
   EXPECT_EQ(Get("SWITCHML_HEADER_BYTES"), long(kHeaderBytes));

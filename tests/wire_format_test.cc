@@ -105,11 +105,31 @@ TEST(WireFormat, RejectsTooManyElements) {
 TEST(WireFormat, RejectsReservedFlagsAndByte) {
   PacketView v;
   std::vector<uint8_t> b = Encode(SampleHeader(1));
-  b[18] |= 0x04;
-  EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags);
+  for (uint8_t bit = 0x08; bit != 0; bit = uint8_t(bit << 1)) {
+    b[18] |= bit;
+    EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(bit);
+    b[18] &= uint8_t(~bit);
+  }
   b = Encode(SampleHeader(1));
   b[19] = 1;
   EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags);
+}
+
+// Bit 2 marks a contribution sent again; it travels with the other flags.
+TEST(WireFormat, TheResendFlagRoundTrips) {
+  PacketHeader h = SampleHeader(1);
+  h.version = 1;
+  h.resend = true;
+  std::vector<uint8_t> b = Encode(h);
+  EXPECT_EQ(b[18], kFlagVersionBit | kFlagResend);
+  PacketView v;
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_TRUE(v.header.resend);
+  EXPECT_EQ(v.header.version, 1);
+  h.resend = false;
+  b = Encode(h);
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_FALSE(v.header.resend);
 }
 
 TEST(WireFormat, AcceptsLargestPacket) {

@@ -734,7 +734,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PROBE) {
             md.bad_type = 1;
         }
-        if ((hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {
+        if ((hdr.switchml.flags & SWITCHML_FLAGS_RESERVED) != 0 || hdr.switchml.reserved != 0) {
             md.bad_flags = 1;
         }
         if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {

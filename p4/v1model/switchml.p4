@@ -351,7 +351,8 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                 hdr.udp.length != 8 + SWITCHML_HEADER_BYTES +
                                   (hdr.switchml.element_count << 2) + auth_bytes ||
                 hdr.ipv4.total_len != 20 + hdr.udp.length ||
-                (hdr.switchml.flags & 0xFC) != 0 || hdr.switchml.reserved != 0) {
+                (hdr.switchml.flags & SWITCHML_FLAGS_RESERVED) != 0 ||
+                hdr.switchml.reserved != 0) {
                 malformed();
             } else {
                 switchml_jobs.apply();

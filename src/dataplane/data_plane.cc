@@ -120,6 +120,8 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   upstream_tries_.assign(slots, 0);
   upstream_sent_at_.assign(slots, Nanos(0));
   first_at_.assign(slots, Nanos(0));
+  late_since_.assign(slots, Nanos::max());
+  result_at_.assign(slots, Nanos(0));
   nack_tries_.assign(slots, 0);
   nacked_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
@@ -173,11 +175,14 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
   // Ranks counted in the other version's completed aggregation (the chunk
   // before this one in the slot) wait for its result, which went out before
   // the others could start this one.
-  const size_t other = (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
+  const size_t other = OtherVersionOf(slot);
   const bool other_done = used_[other] && remaining_[other] == 0 && !awaits_upstream_[other];
   const uint64_t* counted_before = &seen_[other * bitmap_words_];
   uint8_t* dst = out.data() + kHeaderBytes;
   uint32_t named = 0;
+  // A newer chunk proves a loss once the reordering window has passed.
+  const bool overtaken =
+      late_since_[slot] == Nanos::max() || now_ - late_since_[slot] >= job.reorder_window;
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
     const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
@@ -187,8 +192,11 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
     uint32_t lost = 0, stopped = 0;
     for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
       const int b = __builtin_ctz(bits);
-      if (job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
-      if (job.SilentSince(uint16_t(first_rank + b), first_at_[slot])) stopped |= 1u << b;
+      if (overtaken && job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
+      if (scope == NackScope::kLostOrWaiting &&
+          job.SilentSince(uint16_t(first_rank + b), first_at_[slot])) {
+        stopped |= 1u << b;
+      }
     }
     uint32_t others = missing & ~lost;
     if (scope == NackScope::kLost) {
@@ -245,6 +253,9 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // The slot's completion then times a recovery, not the spread (unless
     // the NACK only woke ranks that may have lost the previous result).
     if (names_lost || scope == NackScope::kAll) nacked_[slot] = 1;
+    // A packet the window waited for in vain: lost. Waiting costs each such
+    // recovery, so the window shrinks unless overtaken packets keep it.
+    if (names_lost) job.reorder_window -= job.reorder_window / 16;
     ++counters_.nacks_sent;
     ++job.counters.nacks_sent;
     return Verdict{Action::kNackToMissing, DropReason::kNone, kAllRanks, job.reg.world_size, bytes,
@@ -347,6 +358,8 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.expected = job.local_ranks.empty() ? job.world_size : uint16_t(job.local_ranks.size());
   entry.spread = entry.spread_dev = Nanos(0);
   entry.min_gap = Nanos::max();
+  entry.min_turnaround = Nanos::max();
+  entry.reorder_window = Nanos(0);
   entry.newest_chunk.assign(job.world_size, 0);
   entry.sent_any.assign(job.world_size, 0);
   entry.newest_at.assign(job.world_size, Nanos(0));
@@ -493,6 +506,7 @@ Verdict DataPlane::WriteUpstream(JobEntry& job, size_t slot, uint8_t version, ui
   h.version = version;
   h.exponent = exponent_[slot];
   h.next_exponent = max_next_exponent_[slot];
+  h.resend = upstream_tries_[slot] > 0;
   EncodeHeader(h, out);
   upstream_sent_at_[slot] = now_;
   return Verdict{Action::kSendUpstream, DropReason::kNone, h.rank, 0, bytes,
@@ -544,6 +558,7 @@ Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
   ++job.counters.upstream_results;
   ++counters_.slots_completed;
   ++job.counters.slots_completed;
+  result_at_[slot] = now_;
   return Verdict{Action::kSendToAll, DropReason::kNone, 0, reg.world_size,
                  WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
 }
@@ -613,6 +628,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     return Drop(job, bad);
   }
   WatchChunkBefore(*job, h);
+  NoteArrival(*job, h, slot, other);
   return CountIn(*job, packet, slot, other, out);
 }
 
@@ -631,9 +647,29 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
       continue;
     }
     const bool counted = seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64));
-    if (!counted && nack_due_[slot] > now_) WatchStall(job, slot, Nanos(0));
+    if (counted) return;
+    // Unless the fabric reorders: then it may still come, as overtaken
+    // packets did.
+    if (late_since_[slot] == Nanos::max()) late_since_[slot] = now_;
+    if (nack_due_[slot] > now_ + job.reorder_window) WatchStall(job, slot, job.reorder_window);
     return;
   }
+}
+
+void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other) {
+  // The rank sends into this version only once it holds the other's result.
+  if (used_[other] && remaining_[other] == 0 && !awaits_upstream_[other]) {
+    job.min_turnaround = std::min(job.min_turnaround, now_ - result_at_[other]);
+  }
+  // A first transmission overtaken by the rank's next chunk: the fabric
+  // reordered it. Wait as long, and a quarter more, before calling the next
+  // overtaken packet lost; but no longer than an answer to a NACK takes.
+  if (h.resend || remaining_[slot] == 0 || late_since_[slot] == Nanos::max() ||
+      !job.SentNewer(h.rank, h.chunk) || job.min_turnaround == Nanos::max()) {
+    return;
+  }
+  const Nanos late = now_ - late_since_[slot];
+  job.reorder_window = std::min(std::max(job.reorder_window, late + late / 4), job.min_turnaround);
 }
 
 DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader& h) const {
@@ -666,7 +702,7 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
   // The rank lost this result, so the other version's aggregation (the
   // slot's next chunk, which the others started) waited for a recovery: its
   // completion does not time the spread.
-  const size_t other = (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
+  const size_t other = OtherVersionOf(slot);
   if (remaining_[other] != 0) nacked_[other] = 1;
   return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, job.reg.world_size,
                  WriteResult(job, slot, h.rank, h.version, h.slot, out)};
@@ -763,6 +799,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     max_next_exponent_[slot] = h.next_exponent;
     remaining_[slot] = uint16_t(job.expected - 1);
     first_at_[slot] = now_;
+    late_since_[slot] = Nanos::max();
     nack_tries_[slot] = 0;
     nacked_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
@@ -786,6 +823,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
   }
   ++counters_.slots_completed;
   ++job.counters.slots_completed;
+  result_at_[slot] = now_;
   return Verdict{Action::kSendToAll, DropReason::kNone, h.rank, reg.world_size,
                  WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
 }

@@ -236,6 +236,15 @@ class DataPlane {
     // which floors the NACK delay.
     std::vector<Nanos> newest_at;
     Nanos min_gap = Nanos::max();
+    // Reordering (a multipath fabric): the shortest time a rank took to
+    // answer a result (its next contribution to the slot; max: none yet),
+    // about what a resend after a NACK takes; and how long a missing packet
+    // whose rank's next chunk came may still arrive before the switch calls
+    // it lost: the lateness of first transmissions seen overtaken (not
+    // flagged kFlagResend), at most that turnaround (RACK's reordering
+    // window, RFC 8985). 0 until a packet is overtaken.
+    Nanos min_turnaround = Nanos::max();
+    Nanos reorder_window{0};
     bool SentNewer(uint16_t rank, uint32_t chunk) const {
       return sent_any[rank] && ChunkBefore(chunk, newest_chunk[rank]);
     }
@@ -252,6 +261,10 @@ class DataPlane {
   // Index of (version, pool slot) into the per-slot arrays.
   size_t SlotIndexOf(uint8_t version, uint32_t pool_slot) const {
     return size_t(version) * config_.pool_slots + pool_slot;
+  }
+  // The same pool slot's index under the other version.
+  size_t OtherVersionOf(size_t slot) const {
+    return (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
   }
   // RegisterJob's checks: the registration against this switch's limits,
   // then against the jobs it holds (`entry`: the table entry it would take).
@@ -276,6 +289,9 @@ class DataPlane {
   // The rank's previous chunk is still missing from the slot aggregating
   // it: that packet was lost; NACK it at the next timer.
   void WatchChunkBefore(JobEntry& job, const PacketHeader& h);
+  // Measures the job's turnaround and reordering from a new contribution to
+  // (v, slot) (see JobEntry::reorder_window).
+  void NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other);
   Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
                   std::span<uint8_t> out);
   Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
@@ -336,6 +352,8 @@ class DataPlane {
   std::vector<uint8_t> upstream_tries_;
   std::vector<Nanos> upstream_sent_at_;
   std::vector<Nanos> first_at_;      // when the current aggregation's first contribution came
+  std::vector<Nanos> late_since_;    // when a missing rank's next chunk came first (max: none)
+  std::vector<Nanos> result_at_;     // when the aggregation's result went to the workers
   std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
   std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
   std::vector<Nanos> nack_due_;      // when the slot's live watch falls due

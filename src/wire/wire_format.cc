@@ -45,7 +45,7 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   const uint16_t count = LoadBe16(p + 16);
   if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
   const uint8_t flags = p[kFlagsOffset];
-  if ((flags & ~(kFlagVersionBit | kFlagAuthenticated)) != 0 || p[19] != 0) {
+  if ((flags & ~(kFlagVersionBit | kFlagAuthenticated | kFlagResend)) != 0 || p[19] != 0) {
     return DecodeError::kBadFlags;
   }
   const bool authenticated = flags & kFlagAuthenticated;
@@ -62,6 +62,7 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   h.element_count = count;
   h.version = flags & kFlagVersionBit;
   h.authenticated = authenticated;
+  h.resend = flags & kFlagResend;
   h.exponent = int16_t(LoadBe16(p + 20));
   h.next_exponent = int16_t(LoadBe16(p + 22));
   out->payload = p + kHeaderBytes;
@@ -80,7 +81,8 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   StoreBe16(p + 14, h.slot);
   StoreBe16(p + 16, h.element_count);
   p[kFlagsOffset] =
-      uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0));
+      uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0) |
+              (h.resend ? kFlagResend : 0));
   p[19] = 0;
   StoreBe16(p + 20, uint16_t(h.exponent));
   StoreBe16(p + 22, uint16_t(h.next_exponent));

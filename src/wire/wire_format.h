@@ -15,7 +15,8 @@
 //   14     2    slot            slot within the job's pool segment
 //   16     2    element_count   number of 32-bit words after the header
 //   18     1    flags           bit 0: pool version (shadow copy); bit 1: a
-//                               kAuthTagBytes keyed MAC follows the payload
+//                               kAuthTagBytes keyed MAC follows the payload;
+//                               bit 2: a contribution sent again
 //   19     1    reserved        0
 //   20     2    exponent        int16: block exponent the values were scaled
 //                               with (0 for int32 and for descriptor rounds)
@@ -42,6 +43,9 @@ inline constexpr size_t kHeaderBytes = 24;
 inline constexpr uint16_t kAllRanks = 0xFFFF;
 inline constexpr uint8_t kFlagVersionBit = 0x01;
 inline constexpr uint8_t kFlagAuthenticated = 0x02;
+// A contribution sent again (docs/wire-format.md): a switch that sees one
+// arrive overtaken without it knows the fabric reordered, not lost, it.
+inline constexpr uint8_t kFlagResend = 0x04;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a
 // 16-byte Poly1305 tag (see src/net/packet_auth.h).
 inline constexpr size_t kAuthTagBytes = 28;
@@ -69,6 +73,7 @@ struct PacketHeader {
   uint16_t element_count = 0;
   uint8_t version = 0;         // the pool version bit, 0 or 1
   bool authenticated = false;  // a MAC follows the payload (see PacketAuthenticator)
+  bool resend = false;         // a contribution sent before (kFlagResend)
   int16_t exponent = 0;
   int16_t next_exponent = 0;
 };

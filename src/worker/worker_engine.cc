@@ -265,7 +265,7 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
                              PacketSink& sink) {
-  EmitPacket(slot, index, now, sink);
+  EmitPacket(slot, index, now, sink, false);
   slot.outstanding = true;
   slot.attempts = 0;
   slot.probes = 0;
@@ -286,10 +286,11 @@ uint16_t WorkerEngine::WordsOf(const Slot& slot, uint16_t index) const {
   return exponent_only ? 0 : config_.elements_per_packet;
 }
 
-void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink,
+                              bool resend) {
   const size_t bytes = PacketBytes(WordsOf(slot, index));
   const std::span<uint8_t> buf = sink.Claim(bytes);
-  WritePacket(slot, index, buf.data());
+  WritePacket(slot, index, buf.data(), resend);
   sink.Send(buf.first(bytes));
   ++counters_.packets_sent;
   slot.resent_at = now;
@@ -297,7 +298,7 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
 }
 
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  EmitPacket(slot, index, now, sink);
+  EmitPacket(slot, index, now, sink, true);
   ++counters_.retransmissions;
   ++slot.attempts;
   LeaveWindow(slot);
@@ -334,7 +335,7 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
-void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
+void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, bool resend) {
   Op& op = queue_.front();
   const uint32_t k = config_.elements_per_packet;
   const bool is_float = op.dtype == DType::kFloat32;
@@ -382,6 +383,7 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf) {
   h.element_count = words;
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
   h.next_exponent = next_exponent;
+  h.resend = resend;
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
 }
 
@@ -658,7 +660,7 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
   if (config_.switch_answers_probes) ProbeGaps(uint64_t(slot.round) * op.window + index, now, sink);
   slot.version ^= 1;
   slot.outstanding = false;
-  LeaveWindow(slot);
+  ReleaseWindow(slot);
   if (config_.switch_answers_probes) Recheck(now, sink);
   const bool slot_done = ++slot.round > RoundsOf(index);
   if (!slot_done || ++op.slots_done < op.window) {
@@ -828,6 +830,10 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
 
 void WorkerEngine::LeaveWindow(Slot& slot) {
   slot.recovering = true;
+  ReleaseWindow(slot);
+}
+
+void WorkerEngine::ReleaseWindow(Slot& slot) {
   if (!slot.in_window) return;
   slot.in_window = false;
   --in_flight_;

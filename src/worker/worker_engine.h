@@ -222,8 +222,8 @@ class WorkerEngine {
   // keep it from the wire.
   void SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued, PacketSink& sink);
   // Writes slot `index`'s packet for its current round into a buffer of
-  // `sink` and sends it (first transmission or retransmission alike).
-  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // `sink` and sends it: the first transmission, or a `resend`.
+  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, bool resend);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
   void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // The header fields every packet of this slot's current round shares.
@@ -254,6 +254,9 @@ class WorkerEngine {
   // busy meanwhile (as TCP's fast recovery counts a lost packet out of the
   // pipe).
   void LeaveWindow(Slot& slot);
+  // The slot's packet no longer counts against the window (it was answered,
+  // or LeaveWindow()).
+  void ReleaseWindow(Slot& slot);
   // Remembers a resend or probe (of transmission `order`) for Recheck().
   void PushRecheck(uint16_t index, uint64_t order, bool probe);
   // Probes the slots whose resend or probe a later packet's result shows
@@ -289,8 +292,8 @@ class WorkerEngine {
   // exponent-only packet, else elements_per_packet.
   uint16_t WordsOf(const Slot& slot, uint16_t index) const;
   // Writes that packet into `buf` (PacketBytes(WordsOf())): the same bytes
-  // every time until the slot moves on.
-  void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf);
+  // every time until the slot moves on, but for the resend flag.
+  void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, bool resend);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);
   void Break(Status status);
