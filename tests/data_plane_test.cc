@@ -551,6 +551,33 @@ TEST_F(DataPlaneTest, APacketOvertakenYetDeliveredDelaysTheNextLossCallByItsLate
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
 }
 
+// A stall's watch that falls due while a packet overtaken within the
+// reordering window may still come names it nowhere, and looks again at
+// twice the window at the latest instead of after the stall's doubling
+// delay.
+TEST_F(DataPlaneTest, AWatchWithinTheReorderingWindowLooksAgainWhenTwiceTheWindowHasPassed) {
+  Register(1, 2);
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+  Send(1, 1, 0, 0, 0, {1, 1, 1, 1});
+  dp_->AdvanceClock(Nanos(3000));
+  Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // a turnaround of 2,000 ns
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  dp_->AdvanceClock(Nanos(3100));
+  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // chunk 2's watch: at 3,100 + 4,000 (two gaps)
+  dp_->AdvanceClock(Nanos(3600));
+  Send(1, 1, 1, 0, 1, {1, 1, 1, 1});  // overtaken, 500 ns late: a window of 625 ns
+  dp_->AdvanceClock(Nanos(6800));
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // rank 0's chunk 3 overtakes its chunk 2
+  // Chunk 2's watch, 300 ns into the window: rank 0 may still come.
+  EXPECT_EQ(Keep(dp_->NextTimerPacket(Nanos(7100), out_)).action, Action::kDrop);
+  EXPECT_EQ(Keep(dp_->NextTimerPacket(Nanos(6800 + 2 * 625 - 1), out_)).action, Action::kDrop);
+  const Verdict v = Keep(dp_->NextTimerPacket(Nanos(6800 + 2 * 625), out_));
+  ASSERT_EQ(v.action, Action::kNackToMissing);
+  EXPECT_EQ(v.slot, 2u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b01, 0b00}));  // rank 0, lost
+}
+
 TEST_F(DataPlaneTest, ANackSentToTheSwitchIsDroppedAsNotAContribution) {
   Register(1, 2);
   std::vector<uint8_t> nack = Packet(1, 0, 0, 0, 0, {1});

@@ -244,9 +244,14 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
                                                                  : NackScope::kAll;
     if (nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
     const Nanos age = now_ - first_at_[slot];
-    WatchStall(job, slot,
-               std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
-                        kNackMaxDelay));
+    Nanos again = std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
+                           kNackMaxDelay);
+    // A packet overtaken within the reordering window is not named lost yet:
+    // look again when the window has passed.
+    if (late_since_[slot] != Nanos::max() && now_ - late_since_[slot] < job.reorder_window) {
+      again = std::min(again, late_since_[slot] + 2 * job.reorder_window - now_);
+    }
+    WatchStall(job, slot, again);
     bool names_lost = false;
     const size_t bytes = WriteNack(job, slot, version, job_slot, scope, out, &names_lost);
     if (bytes == 0) continue;  // none lost yet: the missing ranks may be behind
