@@ -120,6 +120,7 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
                     SWITCHML_FOR_EACH_ELEMENT(READ_RESULT)
 #undef READ_RESULT
                     hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+                    hdr.switchml.flags = hdr.switchml.flags & ~SWITCHML_FLAG_RESEND;
                     hdr.switchml.exponent = exponent;
                     hdr.switchml.next_exponent = max_next;
                     events.count(EVENT_RESULTS_RESENT);
@@ -209,6 +210,7 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
                     } else {
                         // The n-th contribution: hdr.data holds the sum; to all.
                         hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+                        hdr.switchml.flags = hdr.switchml.flags & ~SWITCHML_FLAG_RESEND;
                         hdr.switchml.rank = SWITCHML_ALL_RANKS;
                         hdr.switchml.next_exponent = max_next;
                         meta.result_to_all = 1;

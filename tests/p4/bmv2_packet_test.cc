@@ -229,6 +229,34 @@ TEST_F(Bmv2Scenario, RetransmissionsBeforeCompletionAreNotCounted) {
   ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(2)}));
 }
 
+// A resend carries flag bit 2 (docs/wire-format.md): the program takes it as
+// the contribution it repeats, and the result it completes does not carry
+// the flag; a reserved flag bit is still malformed.
+TEST_F(Bmv2Scenario, AFlaggedResendCountsLikeTheFirstTransmission) {
+  const JobId job = Install(2);
+  const auto before = Counters();
+  PacketHeader reserved = Contribution(job, 0, 0, 1, 1);
+  std::vector<uint8_t> bad = SwitchmlPayload(reserved, Values(1));
+  bad[kFlagsOffset] |= 0x08;
+  h().SendUdp(0, Bmv2Harness::Host(0), Bmv2Harness::SwitchEndpoint(), bad);
+  Send(Contribution(job, 1, 0, 1, 1), Values(2));
+  ExpectSilence(1);  // counted in: the flagged packet below completes the slot
+  PacketHeader resend = Contribution(job, 0, 0, 1, 1);
+  resend.resend = true;
+  Send(resend, Values(1));
+  const auto sums = Sum({Values(1), Values(2)});
+  for (int r : {0, 1}) {
+    const Frame f = Expect(r);
+    CheckResult(f, r, kAllRanks, job, 0, 1, 1, sums);
+    EXPECT_FALSE(f.header.resend);
+  }
+  const auto after = Counters();
+  EXPECT_EQ(after.contributions - before.contributions, 2u);
+  EXPECT_EQ(
+      after.drops[size_t(DropReason::kMalformed)] - before.drops[size_t(DropReason::kMalformed)],
+      1u);
+}
+
 // The version conflict (docs/design.md §2): a copy of rank 0's packet with the version bit flipped
 // is dropped while the other version still aggregates, so rank 0 never counts twice.
 TEST_F(Bmv2Scenario, FlippedVersionCopyIsDroppedAsAVersionConflict) {
