@@ -74,6 +74,28 @@ class DataPlaneTest : public ::testing::Test {
     return v;
   }
 
+  // Job 1 of two ranks learns a turnaround of 2,000 ns and, from rank 1's
+  // chunk 1 overtaken by its chunk 2 and still coming 500 ns later, a
+  // reordering window of 625 ns. Until then a newer chunk calls a loss at
+  // once. Ends at 3,600 ns; chunk 1 (slot 1) is complete.
+  void LearnAReorderingWindowOf625Ns() {
+    Register(1, 2);
+    dp_->AdvanceClock(Nanos(1000));
+    Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+    ASSERT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).action, Action::kSendToAll);
+    dp_->AdvanceClock(Nanos(3000));
+    Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // 2,000 ns after chunk 0's result: the turnaround
+    Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+    dp_->AdvanceClock(Nanos(3100));
+    Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // rank 1's chunk 2 overtakes its chunk 1
+    const Verdict at_once = Keep(dp_->NextTimerPacket(Nanos(3100), out_));  // none seen yet
+    ASSERT_EQ(at_once.action, Action::kNackToMissing);
+    EXPECT_EQ(at_once.slot, 1u);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
+    dp_->AdvanceClock(Nanos(3600));
+    EXPECT_EQ(Send(1, 1, 1, 0, 1, {1, 1, 1, 1}).action, Action::kSendToAll);  // 500 ns late
+  }
+
   std::unique_ptr<DataPlane> dp_;
   std::vector<uint8_t> out_;
   size_t last_bytes_ = 0;
@@ -513,21 +535,7 @@ TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
 // turnaround from a result to its next contribution), before it calls an
 // overtaken packet lost. A resend (flagged) widens nothing.
 TEST_F(DataPlaneTest, APacketOvertakenYetDeliveredDelaysTheNextLossCallByItsLateness) {
-  Register(1, 2);
-  dp_->AdvanceClock(Nanos(1000));
-  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
-  ASSERT_EQ(Send(1, 1, 0, 0, 0, {1, 1, 1, 1}).action, Action::kSendToAll);
-  dp_->AdvanceClock(Nanos(3000));
-  Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // 2,000 ns after chunk 0's result: the turnaround
-  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
-  dp_->AdvanceClock(Nanos(3100));
-  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // rank 1's chunk 2 overtakes its chunk 1
-  const Verdict at_once = Keep(dp_->NextTimerPacket(Nanos(3100), out_));  // none seen yet
-  ASSERT_EQ(at_once.action, Action::kNackToMissing);
-  EXPECT_EQ(at_once.slot, 1u);
-  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
-  dp_->AdvanceClock(Nanos(3600));
-  EXPECT_EQ(Send(1, 1, 1, 0, 1, {1, 1, 1, 1}).action, Action::kSendToAll);  // 500 ns late
+  ASSERT_NO_FATAL_FAILURE(LearnAReorderingWindowOf625Ns());
   dp_->AdvanceClock(Nanos(4000));
   Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // rank 0's chunk 3 overtakes its chunk 2
   EXPECT_EQ(Keep(dp_->NextTimerPacket(Nanos(4000 + 624), out_)).action, Action::kDrop);
@@ -556,17 +564,8 @@ TEST_F(DataPlaneTest, APacketOvertakenYetDeliveredDelaysTheNextLossCallByItsLate
 // twice the window at the latest instead of after the stall's doubling
 // delay.
 TEST_F(DataPlaneTest, AWatchWithinTheReorderingWindowLooksAgainWhenTwiceTheWindowHasPassed) {
-  Register(1, 2);
-  dp_->AdvanceClock(Nanos(1000));
-  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
-  Send(1, 1, 0, 0, 0, {1, 1, 1, 1});
-  dp_->AdvanceClock(Nanos(3000));
-  Send(1, 0, 0, 1, 4, {1, 1, 1, 1});  // a turnaround of 2,000 ns
-  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
-  dp_->AdvanceClock(Nanos(3100));
-  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // chunk 2's watch: at 3,100 + 4,000 (two gaps)
-  dp_->AdvanceClock(Nanos(3600));
-  Send(1, 1, 1, 0, 1, {1, 1, 1, 1});  // overtaken, 500 ns late: a window of 625 ns
+  // Chunk 2 (rank 1's, at 3,100 ns) is watched at 3,100 + 4,000: two gaps.
+  ASSERT_NO_FATAL_FAILURE(LearnAReorderingWindowOf625Ns());
   dp_->AdvanceClock(Nanos(6800));
   Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // rank 0's chunk 3 overtakes its chunk 2
   // Chunk 2's watch, 300 ns into the window: rank 0 may still come.

@@ -176,13 +176,12 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
   // before this one in the slot) wait for its result, which went out before
   // the others could start this one.
   const size_t other = OtherVersionOf(slot);
-  const bool other_done = used_[other] && remaining_[other] == 0 && !awaits_upstream_[other];
+  const bool other_done = Completed(other);
   const uint64_t* counted_before = &seen_[other * bitmap_words_];
   uint8_t* dst = out.data() + kHeaderBytes;
   uint32_t named = 0;
   // A newer chunk proves a loss once the reordering window has passed.
-  const bool overtaken =
-      late_since_[slot] == Nanos::max() || now_ - late_since_[slot] >= job.reorder_window;
+  const bool overtaken = !WithinReorderWindow(job, slot);
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
     const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
@@ -248,7 +247,7 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
                            kNackMaxDelay);
     // A packet overtaken within the reordering window is not named lost yet:
     // look again when the window has passed.
-    if (late_since_[slot] != Nanos::max() && now_ - late_since_[slot] < job.reorder_window) {
+    if (WithinReorderWindow(job, slot)) {
       again = std::min(again, late_since_[slot] + 2 * job.reorder_window - now_);
     }
     WatchStall(job, slot, again);
@@ -624,7 +623,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
     return Drop(job, bad);
   }
   const size_t slot = SlotIndexOf(h.version, job->reg.pool_base + h.slot);
-  const bool counted = seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64));
+  const bool counted = Counted(slot, h.rank);
   if (probe) return OnProbe(*job, h, slot, counted, out);
   NoteNewestChunk(*job, h);
   const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
@@ -651,8 +650,7 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
         chunk_[slot] != h.chunk - 1) {
       continue;
     }
-    const bool counted = seen_[slot * bitmap_words_ + h.rank / 64] & (uint64_t{1} << (h.rank % 64));
-    if (counted) return;
+    if (Counted(slot, h.rank)) return;
     // Unless the fabric reorders: then it may still come, as overtaken
     // packets did.
     if (late_since_[slot] == Nanos::max()) late_since_[slot] = now_;
@@ -663,7 +661,7 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
 
 void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other) {
   // The rank sends into this version only once it holds the other's result.
-  if (used_[other] && remaining_[other] == 0 && !awaits_upstream_[other]) {
+  if (Completed(other)) {
     job.min_turnaround = std::min(job.min_turnaround, now_ - result_at_[other]);
   }
   // A first transmission overtaken by the rank's next chunk: the fabric

@@ -266,6 +266,19 @@ class DataPlane {
   size_t OtherVersionOf(size_t slot) const {
     return (slot + config_.pool_slots) % (2 * size_t(config_.pool_slots));
   }
+  // `rank` counted in the slot's current (or last) aggregation.
+  bool Counted(size_t slot, uint16_t rank) const {
+    return (seen_[slot * bitmap_words_ + rank / 64] >> (rank % 64)) & 1;
+  }
+  // The slot's aggregation completed here and its result went to the workers.
+  bool Completed(size_t slot) const {
+    return used_[slot] && remaining_[slot] == 0 && !awaits_upstream_[slot];
+  }
+  // A missing packet of the slot was overtaken by its rank's next chunk less
+  // than the job's reordering window ago: it may still come.
+  bool WithinReorderWindow(const JobEntry& job, size_t slot) const {
+    return late_since_[slot] != Nanos::max() && now_ - late_since_[slot] < job.reorder_window;
+  }
   // RegisterJob's checks: the registration against this switch's limits,
   // then against the jobs it holds (`entry`: the table entry it would take).
   Status CheckRegistration(const JobRegistration& job) const;
