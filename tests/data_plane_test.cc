@@ -471,6 +471,43 @@ TEST_F(DataPlaneTest, ARankThatWaitsForTheSlotsPreviousResultIsNackedFromTheSeco
   }
 }
 
+// From the fourth watch on a NACK names every missing rank. A rank named so
+// answers within a turnaround (the shortest time a rank took from a result
+// to its next contribution to that slot): it is named again, by a NACK of
+// any slot, only once a turnaround has passed. At 1024 workers NACKs naming
+// ranks that were merely behind were most of all packets on the downlinks.
+TEST_F(DataPlaneTest, EveryMissingRankIsNamedAtMostOncePerTurnaround) {
+  Register(1, 3);
+  constexpr Nanos kTurnaround = std::chrono::microseconds(5);
+  dp_->AdvanceClock(Nanos(1000));
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 2, 0, 6, {1, 1, 1, 1});  // chunk 6 completes
+  dp_->AdvanceClock(Nanos(1000) + kTurnaround);
+  Send(1, 0, 2, 1, 10, {1, 1, 1, 1});  // rank 0 answers its result a turnaround later
+  // Chunks 8 and 9 (slots 0 and 1) lack rank 2, which sent nothing newer:
+  // behind as far as the switch knows.
+  for (uint16_t slot = 0; slot < 2; ++slot) {
+    for (uint16_t r = 0; r < 2; ++r) Send(1, r, slot, 0, 8 + slot, {1, 1, 1, 1});
+  }
+  const Nanos started = dp_->NextTimer();
+  std::vector<Nanos> named_at;  // when a NACK of slot 0 or 1 named rank 2
+  while (dp_->NextTimer() < started + 200 * kTurnaround) {
+    const Nanos at = dp_->NextTimer();
+    for (Verdict v; (v = Keep(dp_->NextTimerPacket(at, out_))).action != Action::kDrop;) {
+      ASSERT_EQ(v.action, Action::kNackToMissing);
+      const std::vector<int32_t> bitmaps = OutValues();
+      ASSERT_EQ(bitmaps.size(), 2u);
+      EXPECT_EQ(bitmaps[0], 0);  // none lost
+      // (Slot 2's second and third watches name it too: it waits for chunk
+      // 6's result as far as the switch knows, and sent nothing since.)
+      if (v.slot < 2 && (bitmaps[1] & 0b100)) named_at.push_back(at);
+    }
+  }
+  ASSERT_GE(named_at.size(), 2u);  // named, and again later
+  for (size_t i = 1; i < named_at.size(); ++i) {
+    EXPECT_GE(named_at[i] - named_at[i - 1], kTurnaround) << "naming " << i;
+  }
+}
+
 // Ranks drift apart by a packet or two; on a slow link that is longer than
 // any spread measured between ranks that happen to be in step. The first
 // NACK waits at least two of the shortest gaps between a rank's packets.

@@ -161,8 +161,8 @@ void DataPlane::SampleSpread(JobEntry& job, size_t slot) {
   job.spread = (job.spread * 7 + sample) / 8;
 }
 
-size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
-                            NackScope scope, std::span<uint8_t> out, bool* names_lost) const {
+size_t DataPlane::WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
+                            NackScope scope, std::span<uint8_t> out, bool* names_lost) {
   // Payload: two bitmaps of the missing ranks (of those served here) as
   // 32-bit words, rank r in word r/32, bit r%32: first those whose newer
   // chunk came (this one was lost), then the others (behind, or lost too;
@@ -182,19 +182,28 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
   uint32_t named = 0;
   // A newer chunk proves a loss once the reordering window has passed.
   const bool overtaken = !WithinReorderWindow(job, slot);
+  // Every missing rank (the late watches' scope): a rank named in bitmap 2
+  // is named there again, for this slot or another, only after the job's
+  // shortest turnaround. It cannot have answered sooner, and a rank merely
+  // behind would draw a NACK from each slot it is missing from.
+  const bool once_per_turnaround = scope == NackScope::kAll && job.min_turnaround != Nanos::max();
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
     const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
     uint32_t served = ranks == 32 ? ~0u : (1u << ranks) - 1;
     if (!job.local_mask.empty()) served &= uint32_t(job.local_mask[w / 2] >> (32 * (w % 2)));
     const uint32_t missing = ~uint32_t(seen[w / 2] >> (32 * (w % 2))) & served;
-    uint32_t lost = 0, stopped = 0;
+    uint32_t lost = 0, stopped = 0, recent = 0;
     for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
       const int b = __builtin_ctz(bits);
       if (overtaken && job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
       if (scope == NackScope::kLostOrWaiting &&
           job.SilentSince(uint16_t(first_rank + b), first_at_[slot])) {
         stopped |= 1u << b;
+      }
+      const Nanos named_at = job.waiting_named_at[first_rank + b];
+      if (once_per_turnaround && named_at != Nanos::min() && now_ - named_at < job.min_turnaround) {
+        recent |= 1u << b;
       }
     }
     uint32_t others = missing & ~lost;
@@ -205,6 +214,10 @@ size_t DataPlane::WriteNack(const JobEntry& job, size_t slot, uint8_t version, u
       // one still sending earlier chunks is behind, and a NACK per slot
       // would only crowd its link.
       others &= other_done ? uint32_t(counted_before[w / 2] >> (32 * (w % 2))) & stopped : 0;
+    }
+    others &= ~recent;
+    for (uint32_t bits = others; bits != 0; bits &= bits - 1) {
+      job.waiting_named_at[first_rank + __builtin_ctz(bits)] = now_;
     }
     StoreBe32(dst + 4 * w, lost);
     StoreBe32(dst + 4 * (words + w), others);
@@ -367,6 +380,7 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.newest_chunk.assign(job.world_size, 0);
   entry.sent_any.assign(job.world_size, 0);
   entry.newest_at.assign(job.world_size, Nanos(0));
+  entry.waiting_named_at.assign(job.world_size, Nanos::min());
   entry.local_mask.clear();
   if (!job.local_ranks.empty()) {
     entry.local_mask.assign(bitmap_words_, 0);

@@ -235,6 +235,9 @@ class DataPlane {
     // rank's consecutive packets (its link's packet time; max: none yet),
     // which floors the NACK delay.
     std::vector<Nanos> newest_at;
+    // Per rank: when a NACK last named it in bitmap 2 (missing, not known
+    // lost); min: never.
+    std::vector<Nanos> waiting_named_at;
     Nanos min_gap = Nanos::max();
     // Reordering (a multipath fabric): the shortest time a rank took to
     // answer a result (its next contribution to the slot; max: none yet),
@@ -343,8 +346,8 @@ class DataPlane {
   enum class NackScope { kLost, kLostOrWaiting, kAll };
   // The slot's kNack naming its missing ranks in `scope`; 0 bytes when it
   // names none.
-  size_t WriteNack(const JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot,
-                   NackScope scope, std::span<uint8_t> out, bool* names_lost) const;
+  size_t WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot, NackScope scope,
+                   std::span<uint8_t> out, bool* names_lost);
 
   DataPlaneConfig config_;
   size_t bitmap_words_;  // 64-bit words per seen-bitmap
