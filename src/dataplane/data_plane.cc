@@ -124,6 +124,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   result_at_.assign(slots, Nanos(0));
   nack_tries_.assign(slots, 0);
   nacked_.assign(slots, 0);
+  nack_asked_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
   // aggregation until it falls due: twice the slots covers both.
@@ -185,7 +186,9 @@ size_t DataPlane::WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_
   // Every missing rank (the late watches' scope): a rank named in bitmap 2
   // is named there again, for this slot or another, only after the job's
   // shortest turnaround. It cannot have answered sooner, and a rank merely
-  // behind would draw a NACK from each slot it is missing from.
+  // behind would draw a NACK from each slot it is missing from. (A watch a
+  // retransmission asked for names them all: that worker's timers, not
+  // NACKs, pace its recovery.)
   const bool once_per_turnaround = scope == NackScope::kAll && job.min_turnaround != Nanos::max();
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
@@ -251,9 +254,11 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // an eighth of its age, so such a rank gets a NACK per slot a number of
     // times that grows with the log of its delay, never more than every
     // kNackMaxDelay.
-    const NackScope scope = nack_tries_[slot] == 0               ? NackScope::kLost
+    const NackScope scope = nack_asked_[slot]                    ? NackScope::kAllAsked
+                            : nack_tries_[slot] == 0             ? NackScope::kLost
                             : nack_tries_[slot] < kSilentWatches ? NackScope::kLostOrWaiting
                                                                  : NackScope::kAll;
+    nack_asked_[slot] = 0;
     if (nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
     const Nanos age = now_ - first_at_[slot];
     Nanos again = std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
@@ -269,7 +274,7 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     if (bytes == 0) continue;  // none lost yet: the missing ranks may be behind
     // The slot's completion then times a recovery, not the spread (unless
     // the NACK only woke ranks that may have lost the previous result).
-    if (names_lost || scope == NackScope::kAll) nacked_[slot] = 1;
+    if (names_lost || scope >= NackScope::kAll) nacked_[slot] = 1;
     // A packet the window waited for in vain: lost. Waiting costs each such
     // recovery, so the window shrinks unless overtaken packets keep it.
     if (names_lost) job.reorder_window -= job.reorder_window / 16;
@@ -735,6 +740,7 @@ Verdict DataPlane::OnRetransmission(JobEntry& job, const PacketHeader& h, size_t
   // next timer, unless it awaits the upstream (which has its own).
   if (!awaits_upstream_[slot] && nack_due_[slot] > now_) {
     nack_tries_[slot] = std::max<uint8_t>(nack_tries_[slot], kSilentWatches);
+    nack_asked_[slot] = 1;
     WatchStall(job, slot, Nanos(0));
   }
   ++counters_.pending_replies;
@@ -819,6 +825,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     late_since_[slot] = Nanos::max();
     nack_tries_[slot] = 0;
     nacked_[slot] = 0;
+    nack_asked_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.

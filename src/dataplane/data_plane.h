@@ -342,8 +342,9 @@ class DataPlane {
   Verdict NextNack(std::span<uint8_t> out);
   // Which missing ranks a NACK names: those whose packet must have been
   // lost; also those that wait for the slot's previous result (lost, or the
-  // rank is slow); or all.
-  enum class NackScope { kLost, kLostOrWaiting, kAll };
+  // rank is slow); all but those named within a turnaround (docs/design.md
+  // §2); or all, at a retransmission's request.
+  enum class NackScope { kLost, kLostOrWaiting, kAll, kAllAsked };
   // The slot's kNack naming its missing ranks in `scope`; 0 bytes when it
   // names none.
   size_t WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_t job_slot, NackScope scope,
@@ -372,6 +373,7 @@ class DataPlane {
   std::vector<Nanos> result_at_;     // when the aggregation's result went to the workers
   std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
   std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
+  std::vector<uint8_t> nack_asked_;  // a retransmission made the next watch due
   std::vector<Nanos> nack_due_;      // when the slot's live watch falls due
   // Aggregations that may stall, a min-heap by due time (never reallocated:
   // reserved at construction; a full heap watches no more until it drains).
