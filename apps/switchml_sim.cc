@@ -163,7 +163,7 @@ struct Counts {
   switchml::SimNetworkCounters net;
   uint64_t nacks_sent = 0;
   uint64_t sent = 0, retransmissions = 0, nack_resends = 0, probes = 0;
-  uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0;
+  uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0, redundant_headers = 0;
 
   static Counts Of(switchml::SimCluster& c, int workers) {
     Counts t;
@@ -178,6 +178,7 @@ struct Counts {
       t.nacks_received += e.nacks_received;
       t.nacks_ignored += e.nacks_ignored;
       t.timeout_backoffs += e.timeout_backoffs;
+      t.redundant_headers += e.redundant_headers;
     }
     return t;
   }
@@ -195,6 +196,7 @@ struct Counts {
     d.nacks_received -= b.nacks_received;
     d.nacks_ignored -= b.nacks_ignored;
     d.timeout_backoffs -= b.timeout_backoffs;
+    d.redundant_headers -= b.redundant_headers;
     return d;
   }
 };
@@ -244,6 +246,7 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"nacks_received", t.nacks_received},
         {"nacks_ignored", t.nacks_ignored},
         {"timeout_backoffs", t.timeout_backoffs},
+        {"redundant_headers", t.redundant_headers},
         {"max_abs_error", o.worst.max_abs_error},
         {"elements_over_bound", o.worst.violations},
         {"ranks_identical", o.identical},

@@ -263,6 +263,56 @@ TEST_F(DataPlaneTest, ExponentMismatchIsDropped) {
   EXPECT_EQ(dp_->Process(b, out_).reason, DropReason::kBadExponent);
 }
 
+// A header sent twice (the workers saw loss: docs/design.md §3): the second,
+// unflagged copy is ignored while the slot aggregates, with no pending reply
+// and no NACK however long the slot then waits, and the result goes out
+// twice. A flagged resend is still a retransmission, and a whole packet's
+// unflagged copy too.
+TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheResult) {
+  Register(1, 3);
+  EXPECT_EQ(Send(1, 0, 1, 0, 1, {}, 5).action, Action::kDrop);
+  const Verdict copy = Send(1, 0, 1, 0, 1, {}, 5);
+  EXPECT_EQ(copy.action, Action::kDrop);
+  EXPECT_EQ(copy.reason, DropReason::kNone);
+  EXPECT_EQ(copy.out_bytes, 0u);
+  EXPECT_EQ(dp_->counters().header_copies, 1u);
+  EXPECT_EQ(dp_->counters().pending_replies, 0u);
+  EXPECT_EQ(dp_->counters().TotalDrops(), 0u);
+  // Rank 1 then waits ten thousand times the spread: rank 2's stall, not
+  // rank 0's copy, is what its watches NACK.
+  EXPECT_EQ(Send(1, 1, 1, 0, 1, {}, 7).action, Action::kDrop);
+  for (Nanos t{1000}; t <= Nanos(10'000'000); t *= 10) {
+    for (Verdict v; (v = Keep(dp_->NextTimerPacket(t, out_))).action != Action::kDrop;) {
+      ASSERT_EQ(v.action, Action::kNackToMissing);
+      EXPECT_FALSE(NackNames(std::span(out_.data(), v.out_bytes), 0));
+      EXPECT_FALSE(NackNames(std::span(out_.data(), v.out_bytes), 1));
+    }
+  }
+  const Verdict result = Keep(Send(1, 2, 1, 0, 1, {}, 9));
+  ASSERT_EQ(result.action, Action::kSendToAll);
+  EXPECT_EQ(result.copies, 2);
+  EXPECT_EQ(OutHeader().next_exponent, 9);
+  // Once the result went out twice a late copy needs no answer either.
+  EXPECT_EQ(Send(1, 2, 1, 0, 1, {}, 9).action, Action::kDrop);
+  EXPECT_EQ(dp_->counters().header_copies, 2u);
+  // A flagged resend is a retransmission (the rank lost the result).
+  std::vector<uint8_t> resend = Packet(1, 1, 1, 0, 1, {}, 7);
+  resend[kFlagsOffset] |= kFlagResend;
+  EXPECT_EQ(dp_->Process(resend, out_).action, Action::kReplyToSender);
+  // Without copies the result goes out once; an unflagged copy of a whole
+  // packet, or of a header into a slot whose result went out once, is
+  // answered as before.
+  EXPECT_EQ(Send(1, 0, 2, 0, 2, {1, 2, 3, 4}).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 0, 2, 0, 2, {1, 2, 3, 4}).action, Action::kPendingToSender);
+  EXPECT_EQ(Send(1, 0, 3, 0, 3, {}).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 1, 3, 0, 3, {}).action, Action::kDrop);
+  const Verdict once = Send(1, 2, 3, 0, 3, {});
+  ASSERT_EQ(once.action, Action::kSendToAll);
+  EXPECT_EQ(once.copies, 1);
+  EXPECT_EQ(Send(1, 2, 3, 0, 3, {}).action, Action::kReplyToSender);
+  EXPECT_EQ(dp_->counters().header_copies, 2u);
+}
+
 // An exponent-only contribution (no values, docs/wire-format.md) counts in
 // like any other: its result is a header with the maximum next exponent.
 // One aggregation takes whole packets or exponent-only ones, never both.

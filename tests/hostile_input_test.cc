@@ -136,7 +136,8 @@ TEST(HostileInput, RandomAndMutatedPacketsNeverCrashAndAreAllAccounted) {
   }
   const DataPlaneCounters& c = dp.counters();
   EXPECT_EQ(c.packets, uint64_t(kIterations));
-  EXPECT_EQ(c.packets, c.TotalDrops() + c.contributions + c.pending_replies + c.results_resent);
+  EXPECT_EQ(c.packets, c.TotalDrops() + c.contributions + c.pending_replies + c.results_resent +
+                           c.header_copies);
   // The mix really exercised the deep paths, not just the decoder.
   EXPECT_GT(c.contributions, 1000u);
   EXPECT_GT(c.slots_completed, 100u);

@@ -67,5 +67,19 @@ TEST(OpDescriptor, ProposedSlotsAgreeOnTheRoundedUpMean) {
   EXPECT_EQ(AgreedSlots(Summed({a, a}).data(), 2), 1);
 }
 
+// Whether any rank saw a loss is summed, not checked: one rank that did is
+// enough for every rank to read the same answer.
+TEST(OpDescriptor, OneRankThatSawALossMakesEveryRankSendTheHeadersTwice) {
+  OpDescriptor clean{1000, DType::kFloat32, 256, 10}, lossy = clean;
+  lossy.saw_loss = true;
+  EXPECT_FALSE(AgreedRedundantHeaders(Summed({clean, clean, clean}).data()));
+  const auto sums = Summed({clean, lossy, clean});
+  EXPECT_EQ(CheckDescriptorSums(clean, sums.data(), 3), "");
+  EXPECT_EQ(CheckDescriptorSums(lossy, sums.data(), 3), "");
+  EXPECT_TRUE(AgreedRedundantHeaders(sums.data()));
+  EXPECT_TRUE(AgreedRedundantHeaders(Summed(std::vector<OpDescriptor>(1024, lossy)).data()));
+  EXPECT_EQ(AgreedSlots(sums.data(), 3), 10);
+}
+
 }  // namespace
 }  // namespace switchml

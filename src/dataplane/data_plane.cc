@@ -70,6 +70,7 @@ uint64_t DataPlaneCounters::TotalDrops() const {
 
 DataPlaneCounters& DataPlaneCounters::operator+=(const DataPlaneCounters& other) {
   for (const EventCounter& e : kEventCounters) this->*e.field += other.*e.field;
+  header_copies += other.header_copies;
   for (size_t i = 0; i < drops.size(); ++i) drops[i] += other.drops[i];
   for (size_t i = 0; i < decode_errors.size(); ++i) decode_errors[i] += other.decode_errors[i];
   return *this;
@@ -124,6 +125,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   result_at_.assign(slots, Nanos(0));
   nack_tries_.assign(slots, 0);
   nacked_.assign(slots, 0);
+  copied_.assign(slots, 0);
   nack_asked_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
@@ -581,9 +583,7 @@ Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
   ++job.counters.upstream_results;
   ++counters_.slots_completed;
   ++job.counters.slots_completed;
-  result_at_[slot] = now_;
-  return Verdict{Action::kSendToAll, DropReason::kNone, 0, reg.world_size,
-                 WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
+  return ResultToAll(job, slot, 0, h, out);
 }
 
 Verdict DataPlane::NextUpstreamResend(Nanos now, std::span<uint8_t> out) {
@@ -646,6 +646,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   if (probe) return OnProbe(*job, h, slot, counted, out);
   NoteNewestChunk(*job, h);
   const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
+  if (counted && IsHeaderCopy(h, slot)) return OnHeaderCopy(*job, slot);
   if (counted) return OnRetransmission(*job, h, slot, out);
   if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
     return Drop(job, bad);
@@ -728,6 +729,22 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
   if (remaining_[other] != 0) nacked_[other] = 1;
   return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, job.reg.world_size,
                  WriteResult(job, slot, h.rank, h.version, h.slot, out)};
+}
+
+// A second copy of a counted exponent-only contribution, sent with the first
+// (not a resend: its sender did not time out) while the slot aggregates, or
+// after its result went out twice. Unlike a retransmission it says nothing
+// about a stall, and it needs no answer: the result goes out twice. (Into a
+// slot whose result went out once it is answered like a retransmission.)
+bool DataPlane::IsHeaderCopy(const PacketHeader& h, size_t slot) const {
+  return h.element_count == 0 && !h.resend && (remaining_[slot] != 0 || copied_[slot] != 0);
+}
+
+Verdict DataPlane::OnHeaderCopy(JobEntry& job, size_t slot) {
+  ++counters_.header_copies;
+  ++job.counters.header_copies;
+  if (remaining_[slot] != 0) copied_[slot] = 1;
+  return Verdict{};
 }
 
 // A retransmission: this rank already counted in (v, slot).
@@ -826,6 +843,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     nack_tries_[slot] = 0;
     nacked_[slot] = 0;
     nack_asked_[slot] = 0;
+    copied_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
@@ -847,9 +865,16 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
   }
   ++counters_.slots_completed;
   ++job.counters.slots_completed;
+  return ResultToAll(job, slot, h.rank, h, out);
+}
+
+Verdict DataPlane::ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const PacketHeader& h,
+                               std::span<uint8_t> out) {
   result_at_[slot] = now_;
-  return Verdict{Action::kSendToAll, DropReason::kNone, h.rank, reg.world_size,
-                 WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
+  Verdict v{Action::kSendToAll, DropReason::kNone, rank, job.reg.world_size,
+            WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
+  v.copies = copied_[slot] != 0 ? 2 : 1;
+  return v;
 }
 
 }  // namespace switchml

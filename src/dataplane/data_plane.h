@@ -111,6 +111,10 @@ struct Verdict {
   uint32_t job = 0;         // kSendUpstream, kNack*: the job (its local id)
   uint16_t slot = 0;        // kSendUpstream, kNack*: the job slot (whose worker
                             // thread's route it takes)
+  // kSendToAll: how often to send the result to each rank. 2 for an
+  // exponent-only result whose contributions came twice (the workers saw
+  // loss: a lost header holds up its slot's data, docs/design.md §3).
+  uint8_t copies = 1;
 };
 
 struct DataPlaneCounters {
@@ -127,6 +131,11 @@ struct DataPlaneCounters {
   // Stalled slots whose missing ranks were sent a kNack (each NACK counts once,
   // however many ranks it names).
   uint64_t nacks_sent = 0;
+  // Second copies of a counted exponent-only contribution that is not
+  // flagged as a resend (workers send the descriptor round's headers twice
+  // after a loss: docs/design.md §3), ignored. Not an event counter of the
+  // control protocol.
+  uint64_t header_copies = 0;
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 
@@ -310,6 +319,11 @@ class DataPlane {
   void NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other);
   Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
                   std::span<uint8_t> out);
+  bool IsHeaderCopy(const PacketHeader& h, size_t slot) const;
+  Verdict OnHeaderCopy(JobEntry& job, size_t slot);
+  // The completed slot's result to every rank (as often as Verdict::copies).
+  Verdict ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const PacketHeader& h,
+                      std::span<uint8_t> out);
   Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
                            std::span<uint8_t> out);
   DropReason CheckJoin(const PacketHeader& h, size_t slot, size_t other) const;
@@ -374,7 +388,10 @@ class DataPlane {
   std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
   std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
   std::vector<uint8_t> nack_asked_;  // a retransmission made the next watch due
-  std::vector<Nanos> nack_due_;      // when the slot's live watch falls due
+  // An exponent-only aggregation whose contributions came twice: its result
+  // goes out twice too (Verdict::copies).
+  std::vector<uint8_t> copied_;
+  std::vector<Nanos> nack_due_;  // when the slot's live watch falls due
   // Aggregations that may stall, a min-heap by due time (never reallocated:
   // reserved at construction; a full heap watches no more until it drains).
   struct StallWatch {

@@ -100,7 +100,10 @@ uint8_t* SimNetwork::TrackExchange(size_t rank, bool up, std::span<const uint8_t
   std::vector<uint8_t>& chunks = exchanges_[rank];
   if (chunks.size() <= chunk) chunks.resize(std::max<size_t>(2 * chunks.size(), chunk + 1), 0);
   uint8_t& flags = chunks[chunk];
-  if (up && (flags & kExchangeSent)) {
+  // Only a flagged resend counts: a second copy sent with the first (an
+  // exponent-only header after a loss) is redundancy, not a retransmission.
+  const bool resend = (bytes[kFlagsOffset] & kFlagResend) != 0;
+  if (up && resend && (flags & kExchangeSent)) {
     ++counters_.retransmissions;
     if (!(flags & kExchangeLost)) ++counters_.spurious_retransmissions;
   }
@@ -177,12 +180,14 @@ void SimNetwork::Forward(size_t s, const Verdict& v) {
       }
       break;
     case Action::kSendToAll:
-      if (IsRoot(s)) {
-        for (uint16_t r = 0; r < v.world_size && r < racks; ++r) {
-          Transmit(SwitchNode(r), workers_.size() + r, false, out);
+      for (uint8_t copy = 0; copy < v.copies; ++copy) {
+        if (IsRoot(s)) {
+          for (uint16_t r = 0; r < v.world_size && r < racks; ++r) {
+            Transmit(SwitchNode(r), workers_.size() + r, false, out);
+          }
+        } else {
+          for (uint16_t r : ranks_of_rack_[s]) Transmit(r, r, false, out);
         }
-      } else {
-        for (uint16_t r : ranks_of_rack_[s]) Transmit(r, r, false, out);
       }
       break;
     case Action::kNackToMissing: {

@@ -130,14 +130,18 @@ void PacketHandler::Deliver(Book& book, uint16_t thread, const Verdict& v,
       const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
       if (to.sin_port != 0) sink.Send(reply, to);
     }
-  } else if (v.action == Action::kSendToAll && !book.result_groups.empty()) {
-    sink.Send(reply, book.result_groups[thread]);
   } else if (v.action == Action::kSendToAll) {
-    // In a tree the book has addresses for the ranks served here only; the
-    // others' entries stay unset.
-    for (uint16_t r = 0; r < v.world_size; ++r) {
-      const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
-      if (to.sin_port != 0) sink.Send(reply, to);
+    for (uint8_t copy = 0; copy < v.copies; ++copy) {
+      if (!book.result_groups.empty()) {
+        sink.Send(reply, book.result_groups[thread]);
+        continue;
+      }
+      // In a tree the book has addresses for the ranks served here only; the
+      // others' entries stay unset.
+      for (uint16_t r = 0; r < v.world_size; ++r) {
+        const sockaddr_in& to = book.addresses[size_t(r) * book.threads + thread];
+        if (to.sin_port != 0) sink.Send(reply, to);
+      }
     }
   } else if (sender != nullptr) {
     sink.Send(reply, *sender);

@@ -51,6 +51,11 @@ void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be) {
     StoreBe32(dst_be + 8 * j + 4, uint32_t(bytes[j]) * bytes[j]);
   }
   StoreBe32(dst_be + 8 * kCheckedBytes, d.proposed_slots);
+  StoreBe32(dst_be + 8 * kCheckedBytes + 4, d.saw_loss ? 1 : 0);
+}
+
+bool AgreedRedundantHeaders(const uint8_t* sums_be) {
+  return LoadBe32(sums_be + 8 * kCheckedBytes + 4) != 0;
 }
 
 uint16_t AgreedSlots(const uint8_t* sums_be, int world_size) {

@@ -8,9 +8,11 @@
 // n workers sent the same b (Cauchy-Schwarz); then sum b == n * b_mine says it
 // equals ours. Sums fit 32 bits for up to 66051 workers.
 //
-// One more word is summed but not checked: each worker's proposed number of
-// slots for the next operation (four of its windows); the sum, the same on every
-// rank, is how they agree on it (AgreedSlots).
+// Two more words are summed but not checked: each worker's proposed number of
+// slots for the next operation (four of its windows), and whether it saw a
+// loss in its previous operation; the sums, the same on every rank, are how
+// they agree on the next operation's slots (AgreedSlots) and on sending its
+// exponent-only packets twice (AgreedRedundantHeaders).
 #pragma once
 
 #include <cstddef>
@@ -26,10 +28,11 @@ struct OpDescriptor {
   DType dtype = DType::kInt32;
   uint16_t elements_per_packet = 0;
   uint16_t proposed_slots = 0;  // not checked: see AgreedSlots
+  bool saw_loss = false;        // not checked: see AgreedRedundantHeaders
 };
 
 // Words the descriptor occupies in a payload.
-inline constexpr size_t kDescriptorWords = 2 * (8 + 1 + 2) + 1;
+inline constexpr size_t kDescriptorWords = 2 * (8 + 1 + 2) + 2;
 
 // Writes kDescriptorWords big-endian words to dst.
 void EncodeDescriptor(const OpDescriptor& d, uint8_t* dst_be);
@@ -41,5 +44,10 @@ std::string CheckDescriptorSums(const OpDescriptor& mine, const uint8_t* sums_be
 // The mean of the workers' proposed_slots, rounded up, at least 1: the same
 // on every rank that got the same sums.
 uint16_t AgreedSlots(const uint8_t* sums_be, int world_size);
+
+// Whether any worker saw a loss in its previous operation: then every rank
+// sends the next operation's exponent-only packets twice (a lost one holds
+// up the data of its slot, and every slot has one: docs/design.md §3).
+bool AgreedRedundantHeaders(const uint8_t* sums_be);
 
 }  // namespace switchml

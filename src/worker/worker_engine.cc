@@ -25,6 +25,11 @@ constexpr uint32_t kDescriptorShare = 32;
 // each line and evicts the packet buffers.
 constexpr uint64_t kStreamingOutputBytes = 8u << 20;
 
+// What a packet's framing adds on the wire, about: Ethernet (with its
+// preamble and gap), IPv4 and UDP headers. Only the share of a header in a
+// whole packet's link time uses it (HeaderCopiesPay()).
+constexpr size_t kFramingBytes = 66;
+
 // A slot that the switch says waits for other ranks is asked about again
 // after a round trip this many times, then after twice the wait each time
 // (a late rank rather than a recovery).
@@ -51,6 +56,8 @@ struct WorkerEngine::Op {
   uint16_t window = 0;      // w
   uint32_t chunk_base = 0;  // chunk id of round 0, slot 0
   uint16_t slots_done = 0;
+  // Its exponent-only packets go twice (AgreedRedundantHeaders).
+  bool redundant_headers = false;
   // First chunk whose agreed exponent said "NaN/Inf somewhere", and whether
   // this worker's own input had one.
   int64_t non_finite_chunk = -1;
@@ -210,6 +217,9 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   // that wait on loss recovery while the others keep the link busy.
   op.desc.proposed_slots = uint16_t(std::min<double>(
       config_.pool_slots, std::ceil(Window() * kRecoveryBdps / WindowSizer::kGain)));
+  op.desc.saw_loss = saw_loss_;
+  saw_loss_ = false;
+  op.redundant_headers = redundant_headers_ && HeaderCopiesPay(op.window);
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
   last_progress_ = now;
@@ -266,6 +276,12 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
                              PacketSink& sink) {
   EmitPacket(slot, index, now, sink, false);
+  if (queue_.front().redundant_headers && WordsOf(slot, index) == 0) {
+    // After a loss: a lost header holds up its slot's data and every rank's
+    // data after it, and a second copy costs a header (docs/design.md §3).
+    EmitPacket(slot, index, now, sink, false);
+    ++counters_.redundant_headers;
+  }
   slot.outstanding = true;
   slot.attempts = 0;
   slot.probes = 0;
@@ -300,6 +316,7 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   EmitPacket(slot, index, now, sink, true);
   ++counters_.retransmissions;
+  saw_loss_ = true;
   ++slot.attempts;
   LeaveWindow(slot);
   slot.last_order = ++sends_;
@@ -616,7 +633,11 @@ void WorkerEngine::AcceptResult(Slot& slot, uint16_t index, const PacketView& p,
       }
     }
     // Slot 0's sums, the same on every rank, set the next operation's slots.
-    if (index == 0) agreed_slots_ = AgreedSlots(p.payload, config_.world_size);
+    if (index == 0) {
+      agreed_slots_ = AgreedSlots(p.payload, config_.world_size);
+      redundant_headers_ =
+          config_.switch_accepts_exponent_only && AgreedRedundantHeaders(p.payload);
+    }
   } else {
     const uint64_t chunk = uint64_t(slot.round - 1) * op.window + index;
     const uint64_t begin = chunk * k;
@@ -898,6 +919,14 @@ Nanos WorkerEngine::PathTimeout() const {
                std::min(max_rate, double(Window()) * 1e9 / double(SmoothedRoundTrip().count())));
   const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
   return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
+}
+
+bool WorkerEngine::HeaderCopiesPay(uint16_t headers) const {
+  const double rate = sizer_.max_rate_per_second();  // whole packets per second
+  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return false;
+  const double header_s = double(kHeaderBytes + kFramingBytes) /
+                          double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
+  return double(headers) * header_s * 1e9 < double(sizer_.min_rtt().count());
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {

@@ -143,8 +143,8 @@ struct WorkerEngineConfig {
   Status Validate() const;
 };
 
-// kMinElementsPerPacket (limits.h): the descriptor round needs 22 words.
-static_assert(kMinElementsPerPacket >= 22);
+// kMinElementsPerPacket (limits.h): the descriptor round needs 24 words.
+static_assert(kMinElementsPerPacket >= 24);
 
 // Receive-side and send-side counters of one engine.
 struct WorkerEngineCounters {
@@ -161,9 +161,12 @@ struct WorkerEngineCounters {
   uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (the switch's NACK)
   uint64_t nacks_received = 0;        // kNack packets for an outstanding slot
   uint64_t nacks_ignored = 0;         // of them, naming a packet not (yet) proven lost
-  uint16_t window = 0;                // packets in flight allowed now
-  int64_t min_rtt_ns = 0;             // measured (window sizing); 0 before the first sample
-  double delivery_rate = 0;           // results per second, measured (window sizing)
+  // Exponent-only packets sent a second time: after a loss anywhere in the
+  // job the descriptor round's headers go twice (docs/design.md §3).
+  uint64_t redundant_headers = 0;
+  uint16_t window = 0;       // packets in flight allowed now
+  int64_t min_rtt_ns = 0;    // measured (window sizing); 0 before the first sample
+  double delivery_rate = 0;  // results per second, measured (window sizing)
 };
 
 using OpId = uint64_t;
@@ -241,6 +244,10 @@ class WorkerEngine {
   // switch answers at once, and asking costs a header) or resends (the
   // retransmission timeout, which allows for the other ranks' waits).
   Nanos SlotTimeout() const;
+  // Whether sending `headers` exponent-only packets a second time takes
+  // less link time than a round trip, which a lost one costs its slot's
+  // data (and every rank's data after it) at least.
+  bool HeaderCopiesPay(uint16_t headers) const;
   // Once every packet of the operation is sent, how long a slot may wait
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
@@ -330,6 +337,8 @@ class WorkerEngine {
   uint64_t gap_cursor_ = 0;       // positions before it were answered or probed
   uint16_t in_flight_ = 0;        // whole packets waiting for a result
   uint16_t agreed_slots_ = WindowSizer::kInitialWindow;  // agreed in the last descriptor round
+  bool redundant_headers_ = false;  // likewise: send the next operation's headers twice
+  bool saw_loss_ = false;           // this rank resent a packet in the running operation
   WindowSizer sizer_;
   // Resends and probes in the order sent, a ring (allocated once).
   struct RecheckEntry {
