@@ -311,6 +311,16 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   EXPECT_EQ(once.copies, 1);
   EXPECT_EQ(Send(1, 2, 3, 0, 3, {}).action, Action::kReplyToSender);
   EXPECT_EQ(dp_->counters().header_copies, 2u);
+  // A late copy of an earlier chunk is stale, and marks nothing: slot 1
+  // moves on to chunk 5 in version 1, then chunk 9 in version 0.
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {});
+  EXPECT_EQ(Send(1, 0, 1, 0, 9, {}).action, Action::kDrop);
+  EXPECT_EQ(Send(1, 0, 1, 0, 1, {}).reason, DropReason::kStaleChunk);
+  EXPECT_EQ(Send(1, 1, 1, 0, 9, {}).action, Action::kDrop);
+  const Verdict next = Send(1, 2, 1, 0, 9, {});
+  ASSERT_EQ(next.action, Action::kSendToAll);
+  EXPECT_EQ(next.copies, 1);
+  EXPECT_EQ(dp_->counters().header_copies, 2u);
 }
 
 // An exponent-only contribution (no values, docs/wire-format.md) counts in
