@@ -54,12 +54,14 @@ std::string JobMetric(SwitchServer& sw, const std::string& metric, const std::st
 }
 
 // With multicast, a rank got each result on its group, except those that
-// answered one of its retransmissions (by unicast), which can come first.
+// answered one of its retransmissions or probes (by unicast), which can come
+// first: a result lost on loopback (a full socket buffer) is fetched by a
+// probe, which the switch answers by unicast.
 void ExpectResultsByMulticast(const ContextCounters& c, bool multicast) {
   EXPECT_GT(c.results_accepted, 0u);
   if (multicast) {
     EXPECT_GT(c.multicast_received, 0u);
-    EXPECT_GE(c.multicast_received + c.retransmissions, c.results_accepted);
+    EXPECT_GE(c.multicast_received + c.retransmissions + c.probes_sent, c.results_accepted);
   } else {
     EXPECT_EQ(c.multicast_received, 0u);
   }

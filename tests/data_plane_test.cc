@@ -264,10 +264,10 @@ TEST_F(DataPlaneTest, ExponentMismatchIsDropped) {
 }
 
 // A header sent twice (the workers saw loss: docs/design.md §3): the second,
-// unflagged copy is ignored while the slot aggregates, with no pending reply
-// and no NACK however long the slot then waits, and the result goes out
-// twice. A flagged resend is still a retransmission, and a whole packet's
-// unflagged copy too.
+// unflagged copy is ignored, with no pending reply and no NACK however long
+// the slot then waits, and once copies came while the slot aggregated its
+// result goes out twice. A flagged resend is still a retransmission, and a
+// whole packet's unflagged copy too.
 TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheResult) {
   Register(1, 3);
   EXPECT_EQ(Send(1, 0, 1, 0, 1, {}, 5).action, Action::kDrop);
@@ -299,9 +299,9 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   std::vector<uint8_t> resend = Packet(1, 1, 1, 0, 1, {}, 7);
   resend[kFlagsOffset] |= kFlagResend;
   EXPECT_EQ(dp_->Process(resend, out_).action, Action::kReplyToSender);
-  // Without copies the result goes out once; an unflagged copy of a whole
-  // packet, or of a header into a slot whose result went out once, is
-  // answered as before.
+  // An unflagged copy of a whole packet is answered as before. Without
+  // copies while it aggregated a slot's result goes out once, and a copy
+  // that comes after needs no answer either.
   EXPECT_EQ(Send(1, 0, 2, 0, 2, {1, 2, 3, 4}).action, Action::kDrop);
   EXPECT_EQ(Send(1, 0, 2, 0, 2, {1, 2, 3, 4}).action, Action::kPendingToSender);
   EXPECT_EQ(Send(1, 0, 3, 0, 3, {}).action, Action::kDrop);
@@ -309,8 +309,8 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   const Verdict once = Send(1, 2, 3, 0, 3, {});
   ASSERT_EQ(once.action, Action::kSendToAll);
   EXPECT_EQ(once.copies, 1);
-  EXPECT_EQ(Send(1, 2, 3, 0, 3, {}).action, Action::kReplyToSender);
-  EXPECT_EQ(dp_->counters().header_copies, 2u);
+  EXPECT_EQ(Send(1, 2, 3, 0, 3, {}).action, Action::kDrop);
+  EXPECT_EQ(dp_->counters().header_copies, 3u);
   // A late copy of an earlier chunk is stale, and marks nothing: slot 1
   // moves on to chunk 5 in version 1, then chunk 9 in version 0.
   for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {});
@@ -320,7 +320,7 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   const Verdict next = Send(1, 2, 1, 0, 9, {});
   ASSERT_EQ(next.action, Action::kSendToAll);
   EXPECT_EQ(next.copies, 1);
-  EXPECT_EQ(dp_->counters().header_copies, 2u);
+  EXPECT_EQ(dp_->counters().header_copies, 3u);
 }
 
 // An exponent-only contribution (no values, docs/wire-format.md) counts in
@@ -338,8 +338,10 @@ TEST_F(DataPlaneTest, ExponentOnlyContributionsAgreeTheNextExponent) {
   EXPECT_EQ(view.header.element_count, 0);
   EXPECT_EQ(view.header.next_exponent, 9);
   EXPECT_EQ(view.header.chunk, 1u);
-  // A retransmission gets the same header.
-  const Verdict again = Send(1, 0, 1, 0, 1, {}, 5);
+  // A retransmission (flagged as one) gets the same header.
+  std::vector<uint8_t> resend = Packet(1, 0, 1, 0, 1, {}, 5);
+  resend[kFlagsOffset] |= kFlagResend;
+  const Verdict again = Keep(dp_->Process(resend, out_));
   EXPECT_EQ(again.action, Action::kReplyToSender);
   EXPECT_EQ(again.out_bytes, kHeaderBytes);
   // Mixed in one aggregation: dropped, and the sum is untouched.

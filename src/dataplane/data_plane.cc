@@ -732,14 +732,12 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
 }
 
 // A second copy of a counted exponent-only contribution, sent with the first
-// (not a resend: its sender did not time out) while the slot aggregates, or
-// after its result went out twice (a copy of an earlier chunk is stale, as
-// any other packet). Unlike a retransmission it says nothing
-// about a stall, and it needs no answer: the result goes out twice. (Into a
-// slot whose result went out once it is answered like a retransmission.)
+// (not a resend: its sender did not time out; a copy of an earlier chunk is
+// stale, as any other packet). Unlike a retransmission it says nothing about
+// a stall, and it needs no answer: the result goes to every rank anyway,
+// twice where copies came while the slot aggregated.
 bool DataPlane::IsHeaderCopy(const PacketHeader& h, size_t slot) const {
-  return h.element_count == 0 && !h.resend && h.chunk == chunk_[slot] &&
-         (remaining_[slot] != 0 || copied_[slot] != 0);
+  return h.element_count == 0 && !h.resend && h.chunk == chunk_[slot];
 }
 
 Verdict DataPlane::OnHeaderCopy(JobEntry& job, size_t slot) {
