@@ -55,6 +55,10 @@
 // Exponent-only packets: with a switch that takes them
 // (config.switch_accepts_exponent_only), round 0 of every slot but slot 0 is
 // a header alone (its next_exponent); those take no room in the window.
+// Once a rank resent anything, the next descriptor round agrees that every
+// rank sends the operation after it such headers twice (where the copies
+// take less link time than a round trip): a lost one holds up its slot's
+// data and, as ranks send in chunk order, all their data after it.
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
