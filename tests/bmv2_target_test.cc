@@ -104,6 +104,8 @@ TEST(Bmv2Target, SetupResetsTheSwitchAndInstallsEndpointForwardingAndFlooding) {
       "mc_mgrp_create 1",
       "mc_node_create 0 1 2",
       "mc_node_associate 1 100",
+      "mirroring_add 2 1",
+      "mirroring_add 3 2",
   };
   EXPECT_EQ(f.log, expected);
   EXPECT_EQ(f.plane->data_address(), "10.9.0.254");
@@ -227,11 +229,14 @@ TEST(Bmv2Target, ReadsCountersByDropReasonName) {
   EXPECT_TRUE(counters.value().per_job.empty());  // the program counts all jobs together
   auto c = StatusOr<DataPlaneCounters>(counters.value().total);
   // The scripted CLI answers 1, 2, 3, ... in the order of the reads:
-  // five events, then drop reasons 1..12.
+  // six events (the upstream ones are not read), then drop reasons 1..13.
   EXPECT_EQ(c.value().packets, 1u);
   EXPECT_EQ(c.value().pending_replies, 5u);
-  EXPECT_EQ(c.value().drops[size_t(DropReason::kMalformed)], 6u);
-  EXPECT_EQ(c.value().drops[size_t(DropReason::kBadMac)], 17u);
+  EXPECT_EQ(c.value().upstream_sent, 0u);
+  EXPECT_EQ(c.value().nacks_sent, 6u);
+  EXPECT_EQ(c.value().drops[size_t(DropReason::kMalformed)], 7u);
+  EXPECT_EQ(c.value().drops[size_t(DropReason::kBadMac)], 18u);
+  EXPECT_EQ(c.value().drops[size_t(DropReason::kVersionConflict)], 19u);
 }
 
 TEST(Bmv2Hosts, RejectsBadFilesNamingTheEntry) {

@@ -20,17 +20,20 @@ TEST(RandomTrace, ReachesEveryPathTheBmv2ScenarioCompares) {
   const DataPlaneCounters& c = trace.counters();
   std::printf(
       "trace: %llu contributions, %llu slots completed, %llu results resent, %llu pending, "
-      "%llu dropped\n",
+      "%llu dropped, %llu NACKs, %llu probes answered\n",
       (unsigned long long)c.contributions, (unsigned long long)c.slots_completed,
       (unsigned long long)c.results_resent, (unsigned long long)c.pending_replies,
-      (unsigned long long)c.TotalDrops());
+      (unsigned long long)c.TotalDrops(), (unsigned long long)trace.nacks(),
+      (unsigned long long)trace.probes_answered());
   EXPECT_GT(c.slots_completed, 10u);
   EXPECT_GT(c.results_resent, 5u);
   EXPECT_GT(c.pending_replies, 5u);
+  EXPECT_GT(trace.nacks(), 5u);
+  EXPECT_GT(trace.probes_answered(), 5u);
   for (DropReason r :
        {DropReason::kStaleChunk, DropReason::kChunkMismatch, DropReason::kVersionConflict,
         DropReason::kExponentMismatch, DropReason::kRankOutOfRange, DropReason::kSlotOutOfRange,
-        DropReason::kNotContribution}) {
+        DropReason::kNotContribution, DropReason::kElementCount}) {
     SCOPED_TRACE(DropReasonName(r));
     EXPECT_GT(c.drops[size_t(r)], 0u);
   }

@@ -88,7 +88,8 @@
 #define EVENT_UPSTREAM_SENT 5
 #define EVENT_UPSTREAM_RESENT 6
 #define EVENT_UPSTREAM_RESULTS 7
-// Counted by the software switch only (its timer NACKs stalled slots).
+// NACKs sent: the software switch's for stalled slots, the v1model program's
+// for packets its rank's next chunk overtook (TNA sends none).
 #define EVENT_NACKS_SENT 8
 #define SWITCHML_NUM_EVENTS 9
 

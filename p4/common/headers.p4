@@ -68,6 +68,13 @@ header switchml_pending_h {
     bit<32> bitmap;
 }
 
+// The payload of a NACK (docs/wire-format.md, "Loss recovery"): its two
+// bitmaps of one word each (up to 32 workers). Emitted, never parsed.
+header switchml_nack_h {
+    bit<32> lost;     // bitmap 1: the named ranks' packet was overtaken, so lost
+    bit<32> missing;  // bitmap 2: the other missing ranks named
+}
+
 // The k payload words (int32, network order), one field per element.
 #define SWITCHML_DATA_FIELD(i) bit<32> d##i;
 header switchml_data_h {
@@ -88,6 +95,7 @@ header switchml_data_h {
 
 struct headers_t {
     SWITCHML_HEADER_FIELDS
+    switchml_nack_h nack;  // v1model: the NACKs it sends (emitted after `pending`)
 }
 
 #endif  // SWITCHML_COMMON_HEADERS_P4_

@@ -3,8 +3,10 @@
 // docs/design.md §2 exactly as the software data plane (src/dataplane/data_plane.cc)
 // implements it: the same wire format, the same validation order and drop
 // reasons, the same answers (absorb, result to the sender, result to all,
-// pending to the sender), with every other packet switched or routed as an
-// ordinary switch would. p4/README.md maps each part onto the design.
+// pending to the sender, to contributions and probes), with every other
+// packet switched or routed as an ordinary switch would. Of the software
+// switch's NACKs it sends the one that needs no timer: for a packet its
+// rank's next chunk overtook. p4/README.md maps each part onto the design.
 //
 // Build: p4c --target bmv2 --arch v1model -I p4/common p4/v1model/switchml.p4
 // Tables and multicast groups are programmed by
@@ -22,6 +24,12 @@
 // allocates result groups from 2 up.
 #define FLOOD_GROUP 16w1
 #define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS)
+// A NACK leaves as an ingress clone of the contribution that showed a loss,
+// through mirror session NACK_SESSION_BASE + its ingress port (one per host
+// port, which the control plane adds), with the metadata of NACK_FIELDS.
+#define NACK_SESSION_BASE 32w1
+#define NACK_FIELDS 8w1
+#define PKT_INSTANCE_TYPE_INGRESS_CLONE 32w1
 
 struct metadata_t {
     bit<8>  drop_reason;    // DROP_*; DROP_NONE when nothing is wrong
@@ -36,6 +44,12 @@ struct metadata_t {
     bit<16> slot_lo;        // the sender socket owns slots [slot_lo, slot_hi)
     bit<16> slot_hi;
     bit<16> result_group;   // multicast group of (job, sender's thread)
+    // The NACK an ingress clone carries to the sender (egress writes it).
+    @field_list(NACK_FIELDS) bit<48> nack_switch_mac;
+    @field_list(NACK_FIELDS) bit<32> nack_chunk;
+    @field_list(NACK_FIELDS) bit<16> nack_slot;
+    @field_list(NACK_FIELDS) bit<8>  nack_version;
+    @field_list(NACK_FIELDS) bit<32> nack_lost;
 }
 
 parser SwitchmlParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -77,10 +91,66 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
     SWITCHML_FOR_EACH_ELEMENT(ACC_REGISTER)
 #undef ACC_REGISTER
 
+    // The stored result of register entry `entry`, to the sender only (a
+    // retransmission's, or a probe's, which carries no values).
+    action result_to_sender(bit<32> entry, bit<16> exponent, bit<16> max_next) {
+        hdr.data.setValid();
+#define READ_RESULT(i) acc_##i.read(hdr.data.d##i, entry);
+        SWITCHML_FOR_EACH_ELEMENT(READ_RESULT)
+#undef READ_RESULT
+        hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
+        hdr.switchml.element_count = SWITCHML_K;
+        hdr.switchml.flags = hdr.switchml.flags & ~SWITCHML_FLAG_RESEND;
+        hdr.switchml.exponent = exponent;
+        hdr.switchml.next_exponent = max_next;
+        hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4 * SWITCHML_K;
+        hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4 * SWITCHML_K;
+        events.count(EVENT_RESULTS_RESENT);
+    }
+    // A pending reply to the sender: the slot's contributors, `bitmap`.
+    action pending_to_sender(bit<32> bitmap) {
+        hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
+        hdr.switchml.element_count = 1;
+        hdr.switchml.exponent = 0;
+        hdr.switchml.next_exponent = 0;
+        hdr.switchml.flags = hdr.switchml.flags & SWITCHML_FLAG_VERSION;
+        hdr.data.setInvalid();
+        hdr.pending.setValid();
+        hdr.pending.bitmap = bitmap;
+        hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
+        hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
+        events.count(EVENT_PENDING_REPLIES);
+    }
+    // Register entry `entry` aggregates `chunk` for this job without `rank_bit`.
+    action lacks_chunk(in bit<32> entry, in bit<32> chunk, in bit<32> rank_bit, out bool lacks) {
+        bit<32> owner;
+        bit<16> remaining;
+        bit<32> entry_chunk;
+        bit<32> seen;
+        slot_owner.read(owner, entry);
+        slot_remaining.read(remaining, entry);
+        slot_chunk.read(entry_chunk, entry);
+        slot_seen.read(seen, entry);
+        lacks = owner == hdr.switchml.job && remaining != 0 && entry_chunk == chunk &&
+                (seen & rank_bit) == 0;
+    }
+    // A NACK of (chunk, job slot, version) naming `rank_bit` in bitmap 1, to
+    // the sender: an ingress clone of this packet that egress rewrites.
+    action nack_lost(bit<32> chunk, bit<16> job_slot, bit<8> version, bit<32> rank_bit) {
+        meta.nack_switch_mac = meta.switch_mac;
+        meta.nack_chunk = chunk;
+        meta.nack_slot = job_slot;
+        meta.nack_version = version;
+        meta.nack_lost = rank_bit;
+        clone_preserving_field_list(CloneType.I2E, NACK_SESSION_BASE + (bit<32>)sm.ingress_port,
+                                    NACK_FIELDS);
+        events.count(EVENT_NACKS_SENT);
+    }
+
     apply {
-        // Ingress applies this only to packets that carry k words; the test
-        // also tells the compiler that hdr.data is valid below.
-        if (hdr.data.isValid()) {
+        // Ingress applies this only to probes and packets that carry k words.
+        bool probe = hdr.switchml.msg_type == SWITCHML_TYPE_PROBE;
+        if (hdr.data.isValid() || probe) {
             bit<32> pool_slot = meta.pool_base + (bit<32>)hdr.switchml.slot;
             bit<32> index = pool_slot;
             bit<32> other = pool_slot + SWITCHML_POOL_SLOTS;
@@ -111,32 +181,35 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
                 chunk = 0;
             }
 
-            if ((seen & rank_bit) != 0) {
+            bool holds_chunk = used != 0 && chunk == hdr.switchml.chunk;
+            if (probe) {
+                // A probe (docs/wire-format.md, "The probe"): the slot's state
+                // for the sender, never counted in.
+                if ((seen & rank_bit) != 0) {
+                    if (!holds_chunk) {
+                        meta.drop_reason = DROP_STALE_CHUNK;
+                    } else if (remaining == 0) {
+                        result_to_sender(index, exponent, max_next);  // its result was lost
+                    } else {
+                        pending_to_sender(seen);
+                    }
+                } else if (used != 0 && ((hdr.switchml.chunk - chunk) & 0x80000000) != 0) {
+                    meta.drop_reason = DROP_STALE_CHUNK;  // the slot moved on: the rank had its result
+                } else if (holds_chunk && remaining == 0) {
+                    meta.drop_reason = DROP_STALE_CHUNK;  // complete, and the rank moved on since
+                } else if (holds_chunk) {
+                    pending_to_sender(seen);  // without the rank: its contribution was lost
+                } else {
+                    pending_to_sender(0);  // the slot has not started this chunk
+                }
+            } else if ((seen & rank_bit) != 0) {
                 // A retransmission: this rank already counted in (version, slot).
                 if (hdr.switchml.chunk != chunk) {
                     meta.drop_reason = DROP_STALE_CHUNK;
                 } else if (remaining == 0) {
-#define READ_RESULT(i) acc_##i.read(hdr.data.d##i, index);
-                    SWITCHML_FOR_EACH_ELEMENT(READ_RESULT)
-#undef READ_RESULT
-                    hdr.switchml.msg_type = SWITCHML_TYPE_RESULT;
-                    hdr.switchml.flags = hdr.switchml.flags & ~SWITCHML_FLAG_RESEND;
-                    hdr.switchml.exponent = exponent;
-                    hdr.switchml.next_exponent = max_next;
-                    events.count(EVENT_RESULTS_RESENT);
+                    result_to_sender(index, exponent, max_next);
                 } else {
-                    // Not counted again; tell the sender who has contributed.
-                    hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
-                    hdr.switchml.element_count = 1;
-                    hdr.switchml.exponent = 0;
-                    hdr.switchml.next_exponent = 0;
-                    hdr.switchml.flags = hdr.switchml.flags & SWITCHML_FLAG_VERSION;
-                    hdr.data.setInvalid();
-                    hdr.pending.setValid();
-                    hdr.pending.bitmap = seen;
-                    hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
-                    hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
-                    events.count(EVENT_PENDING_REPLIES);
+                    pending_to_sender(seen);  // not counted again
                 }
             } else {
                 bool first = remaining == 0;
@@ -205,6 +278,27 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
                     slot_remaining.write(index, remaining);
                     events.count(EVENT_CONTRIBUTIONS);
 
+                    // A rank sends its chunks in order, chunk c into the slot
+                    // after chunk c - 1's among its thread's slots, over a link
+                    // that keeps order. So where that slot (either version)
+                    // still aggregates chunk c - 1 without this rank, its packet
+                    // was lost: NACK it to the rank now rather than leave the
+                    // slot to its timer (docs/wire-format.md, "Loss recovery";
+                    // in software DataPlane::WatchChunkBefore).
+                    bit<16> before_slot = (hdr.switchml.slot == meta.slot_lo ? meta.slot_hi
+                                                                            : hdr.switchml.slot) - 1;
+                    bit<32> before = meta.pool_base + (bit<32>)before_slot;
+                    bit<32> before_chunk = hdr.switchml.chunk - 1;
+                    bool lacks_0;
+                    bool lacks_1;
+                    lacks_chunk(before, before_chunk, rank_bit, lacks_0);
+                    lacks_chunk(before + SWITCHML_POOL_SLOTS, before_chunk, rank_bit, lacks_1);
+                    if (lacks_0) {
+                        nack_lost(before_chunk, before_slot, 0, rank_bit);
+                    } else if (lacks_1) {
+                        nack_lost(before_chunk, before_slot, 1, rank_bit);
+                    }
+
                     if (remaining != 0) {
                         meta.absorbed = 1;
                     } else {
@@ -222,8 +316,26 @@ control SwitchmlAggregate(inout headers_t hdr, inout metadata_t meta,
     }
 }
 
+// Addresses a packet that came from a worker back to it, from the switch's
+// aggregation endpoint (the packet's destination).
+control SwitchmlReplyAddresses(inout headers_t hdr, in bit<48> switch_mac) {
+    apply {
+        bit<32> endpoint_ip = hdr.ipv4.dst_addr;
+        bit<16> endpoint_port = hdr.udp.dst_port;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = endpoint_ip;
+        hdr.ipv4.ttl = 64;
+        hdr.udp.dst_port = hdr.udp.src_port;
+        hdr.udp.src_port = endpoint_port;
+        hdr.udp.checksum = 0;  // optional in IPv4; the payload changed
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = switch_mac;
+    }
+}
+
 control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                         inout standard_metadata_t sm) {
+    SwitchmlReplyAddresses() reply_addresses;
     counter(SWITCHML_NUM_DROP_REASONS, CounterType.packets) switchml_drops;
     counter(SWITCHML_NUM_EVENTS, CounterType.packets) switchml_events;
     SwitchmlAggregate() aggregate;
@@ -372,7 +484,8 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                 }
                 if (meta.drop_reason != DROP_NONE) {
                     // counted below
-                } else if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
+                } else if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION &&
+                           hdr.switchml.msg_type != SWITCHML_TYPE_PROBE) {
                     meta.drop_reason = DROP_NOT_CONTRIBUTION;
                 } else if (meta.job_known == 0) {
                     meta.drop_reason = DROP_UNKNOWN_JOB;
@@ -380,8 +493,9 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                     meta.drop_reason = DROP_RANK_OUT_OF_RANGE;
                 } else if (hdr.switchml.slot >= meta.pool_slots) {
                     meta.drop_reason = DROP_SLOT_OUT_OF_RANGE;
-                } else if (!hdr.data.isValid()) {
-                    meta.drop_reason = DROP_ELEMENT_COUNT;
+                } else if (hdr.switchml.msg_type == SWITCHML_TYPE_PROBE
+                               ? hdr.switchml.element_count != 0 : !hdr.data.isValid()) {
+                    meta.drop_reason = DROP_ELEMENT_COUNT;  // a probe carries no values
                 } else if ((hdr.switchml.exponent + 126 > 254 &&
                             hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) ||
                            (hdr.switchml.next_exponent + 126 > 254 &&
@@ -398,16 +512,7 @@ control SwitchmlIngress(inout headers_t hdr, inout metadata_t meta,
                 mark_to_drop(sm);
             } else {
                 // A result or pending reply, from the endpoint's address.
-                bit<32> endpoint_ip = hdr.ipv4.dst_addr;
-                bit<16> endpoint_port = hdr.udp.dst_port;
-                hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-                hdr.ipv4.src_addr = endpoint_ip;
-                hdr.ipv4.ttl = 64;
-                hdr.udp.dst_port = hdr.udp.src_port;
-                hdr.udp.src_port = endpoint_port;
-                hdr.udp.checksum = 0;  // optional in IPv4; the payload changed
-                hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-                hdr.ethernet.src_addr = meta.switch_mac;
+                reply_addresses.apply(hdr, meta.switch_mac);
                 if (meta.result_to_all == 1) {
                     sm.mcast_grp = meta.result_group;  // egress sets each destination
                 } else {
@@ -449,8 +554,26 @@ control SwitchmlEgress(inout headers_t hdr, inout metadata_t meta,
         default_action = drop();
         size = SWITCHML_MAX_SENDERS;
     }
+    SwitchmlReplyAddresses() reply_addresses;
     apply {
-        if (meta.flood == 1 && sm.egress_port == sm.ingress_port) {
+        if (sm.instance_type == PKT_INSTANCE_TYPE_INGRESS_CLONE) {
+            // The NACK ingress asked for (nack_lost): header and two bitmaps.
+            reply_addresses.apply(hdr, meta.nack_switch_mac);
+            hdr.switchml.msg_type = SWITCHML_TYPE_NACK;
+            hdr.switchml.chunk = meta.nack_chunk;
+            hdr.switchml.rank = SWITCHML_ALL_RANKS;
+            hdr.switchml.slot = meta.nack_slot;
+            hdr.switchml.element_count = 2;
+            hdr.switchml.flags = meta.nack_version;
+            hdr.switchml.exponent = 0;
+            hdr.switchml.next_exponent = 0;
+            hdr.data.setInvalid();
+            hdr.nack.setValid();
+            hdr.nack.lost = meta.nack_lost;
+            hdr.nack.missing = 0;
+            hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 8;
+            hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 8;
+        } else if (meta.flood == 1 && sm.egress_port == sm.ingress_port) {
             drop();
         } else if (meta.result_to_all == 1) {
             result_replicas.apply();
@@ -476,6 +599,7 @@ control SwitchmlDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.udp);
         pkt.emit(hdr.switchml);
         pkt.emit(hdr.pending);
+        pkt.emit(hdr.nack);
         pkt.emit(hdr.data);
     }
 }

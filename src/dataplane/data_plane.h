@@ -170,9 +170,6 @@ inline constexpr EventCounter kEventCounters[] = {
     {"nacks_sent", &DataPlaneCounters::nacks_sent,
      "stalled slots whose missing ranks were told to resend (kNack)"},
 };
-// The first ones, which every data plane counts; the rest only a switch with
-// an upstream (a tree; the P4 programs have none).
-inline constexpr size_t kOneLevelEventCounters = 5;
 
 class DataPlane {
  public:

@@ -94,8 +94,8 @@ class DataPlaneTarget {
   virtual std::string data_address() const = 0;
   virtual std::vector<uint16_t> data_ports() const = 0;
   // Whether it answers a worker's kProbe (docs/wire-format.md); the
-  // Assignment tells the workers, who otherwise resend on a timeout. The P4
-  // programs do not (the default).
+  // Assignment tells the workers, who otherwise resend on a timeout. The
+  // TNA program does not (the default); the v1model one does.
   virtual bool answers_probes() const { return false; }
   // Whether it takes exponent-only contributions (docs/wire-format.md); the
   // P4 programs take whole packets only (the default).

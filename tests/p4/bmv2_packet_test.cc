@@ -64,19 +64,23 @@ class Bmv2Scenario : public ::testing::Test {
 
   Bmv2Harness& h() { return *harness_; }
 
-  // A job of `world` ranks; rank r sends from host r's port 5000+r.
-  JobId Install(uint16_t world, uint16_t slots = 4, uint32_t pool_base = 0) {
+  // A job of `world` ranks; rank r's thread t sends from host r's port
+  // 5000 + r + kThreadPorts * t.
+  JobId Install(uint16_t world, uint16_t slots = 4, uint32_t pool_base = 0, uint16_t threads = 1) {
     const JobId id(next_job_++);
-    std::vector<std::vector<sockaddr_in>> addresses;
-    for (int r = 0; r < world; ++r) addresses.push_back({Socket(r)});
+    std::vector<std::vector<sockaddr_in>> addresses(world);
+    for (int r = 0; r < world; ++r) {
+      for (uint16_t t = 0; t < threads; ++t) addresses[r].push_back(Socket(r, kThreadPorts * t));
+    }
     const Status s = h().plane().Install(
-        JobInstall{JobAssignment{id, world, kK, slots, pool_base}, 1, addresses, {}, {}});
+        JobInstall{JobAssignment{id, world, kK, slots, pool_base}, threads, addresses, {}, {}});
     EXPECT_TRUE(s.ok()) << s.ToString();
     jobs_.push_back(id);
     return id;
   }
-  static sockaddr_in Socket(int rank) {
-    const Endpoint e = Bmv2Harness::Host(rank);
+  static constexpr uint16_t kThreadPorts = 100;
+  static sockaddr_in Socket(int rank, uint16_t port_offset = 0) {
+    const Endpoint e = Bmv2Harness::Host(rank, port_offset);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr = e.ip;
@@ -104,6 +108,15 @@ class Bmv2Scenario : public ::testing::Test {
                 Bmv2Harness::SwitchEndpoint(switch_port), SwitchmlPayload(p, values));
   }
 
+  // Send(), then waits until the switch has counted the packet: inside BMv2
+  // a packet may overtake one that came in on another port before it.
+  void SendInOrder(const PacketHeader& p, const std::vector<uint32_t>& values,
+                   uint16_t switch_port = kSwitchPort) {
+    const uint64_t packets = Counters().packets;
+    Send(p, values, switch_port);
+    WaitForPackets(packets + 1);
+  }
+
   Frame Expect(int host) {
     auto f = h().Receive(host, kArrival);
     EXPECT_TRUE(f.has_value()) << "nothing arrived at host " << host;
@@ -114,19 +127,27 @@ class Bmv2Scenario : public ::testing::Test {
     EXPECT_FALSE(f.has_value()) << "host " << host << " got an unexpected frame";
   }
 
-  // A result frame for (job, chunk, slot, version) holding `sums`, addressed
-  // to rank `to`'s socket, its rank field `rank_field`.
-  static void CheckResult(const Frame& f, int to, uint16_t rank_field, JobId job, uint32_t chunk,
-                          uint16_t slot, uint8_t version, const std::vector<uint32_t>& sums) {
+  // A switchml frame of `type` for (job, chunk, slot, version) with payload
+  // `words`, addressed to `to`, its rank field `rank_field`.
+  static void CheckFrame(const Frame& f, const Endpoint& to, MessageType type, uint16_t rank_field,
+                         JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
+                         const std::vector<uint32_t>& words) {
     ASSERT_TRUE(f.is_switchml);
-    EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(to)));
-    EXPECT_EQ(f.header.type, MessageType::kResult);
+    EXPECT_TRUE(SameEndpoint(f.dst, to));
+    EXPECT_EQ(f.header.type, type);
     EXPECT_EQ(f.header.rank, rank_field);
     EXPECT_EQ(f.header.job, job.value());
     EXPECT_EQ(f.header.chunk, chunk);
     EXPECT_EQ(f.header.slot, slot);
     EXPECT_EQ(f.header.version, version);
-    EXPECT_EQ(f.words, sums);
+    EXPECT_EQ(f.words, words);
+  }
+  // A result frame for (job, chunk, slot, version) holding `sums`, addressed
+  // to rank `to`'s socket, its rank field `rank_field`.
+  static void CheckResult(const Frame& f, int to, uint16_t rank_field, JobId job, uint32_t chunk,
+                          uint16_t slot, uint8_t version, const std::vector<uint32_t>& sums) {
+    CheckFrame(f, Bmv2Harness::Host(to), MessageType::kResult, rank_field, job, chunk, slot,
+               version, sums);
   }
   // The result of (job, chunk, slot, version) with `sums` arrives at every
   // rank in `ranks`, addressed to its socket, from the switch's endpoint.
@@ -153,6 +174,20 @@ class Bmv2Scenario : public ::testing::Test {
     Send(Contribution(job, 0, chunk, slot, version), Values(seed0));
     Send(Contribution(job, 1, chunk, slot, version), Values(seed1));
     ExpectResultAtAll({0, 1}, job, chunk, slot, version, Sum({Values(seed0), Values(seed1)}));
+  }
+  // A NACK of (job, chunk, slot, version) naming `lost` in its first bitmap
+  // (and no rank in its second) arrives at `rank`'s socket of thread `thread`,
+  // from the switch's endpoint.
+  void ExpectNack(int rank, JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
+                  uint32_t lost, uint16_t thread = 0) {
+    SCOPED_TRACE("NACK to rank " + std::to_string(rank));
+    const Frame f = Expect(rank);
+    CheckFrame(f, Bmv2Harness::Host(rank, kThreadPorts * thread), MessageType::kNack, kAllRanks,
+               job, chunk, slot, version, {lost, 0});
+    EXPECT_TRUE(SameEndpoint(f.src, Bmv2Harness::SwitchEndpoint()));
+    EXPECT_FALSE(f.header.resend);
+    EXPECT_EQ(f.header.exponent, 0);
+    EXPECT_EQ(f.header.next_exponent, 0);
   }
   // The stored result goes back to `rank` only.
   void ExpectResultToSender(int rank, JobId job, uint32_t chunk, uint16_t slot, uint8_t version,
@@ -338,8 +373,13 @@ TEST_F(Bmv2Scenario, ReductionsInDifferentSlotsSteeredByDifferentUdpPorts) {
   const JobId job = Install(2);
   const uint16_t port_a = kSwitchPort, port_b = kSwitchPort + 5;
   Send(Contribution(job, 0, 0, 0, 0), Values(1), port_a);
-  Send(Contribution(job, 0, 1, 1, 0), Values(2), port_b);
+  SendInOrder(Contribution(job, 0, 1, 1, 0), Values(2), port_b);
   Send(Contribution(job, 1, 1, 1, 0), Values(3), port_b);
+  // Rank 1's chunk 1 came before its chunk 0: a NACK, from the base port
+  // (the NACK's own endpoint; a worker checks the switch's address only).
+  Frame nack = Expect(1);
+  EXPECT_EQ(nack.header.type, MessageType::kNack);
+  EXPECT_EQ(nack.src.port, port_b);
   ExpectResultAtAll({0, 1}, job, 1, 1, 0, Sum({Values(2), Values(3)}), 0, 0, port_b);
   Send(Contribution(job, 1, 0, 0, 0), Values(4), port_a);
   ExpectResultAtAll({0, 1}, job, 0, 0, 0, Sum({Values(1), Values(4)}), 0, 0, port_a);
@@ -348,6 +388,131 @@ TEST_F(Bmv2Scenario, ReductionsInDifferentSlotsSteeredByDifferentUdpPorts) {
   Send(Contribution(job, 0, 2, 2, 0), Values(1), kSwitchPort + 16);
   ExpectSilence(0);
   EXPECT_EQ(Counters().packets, packets);
+}
+
+// Loss recovery (docs/wire-format.md): a rank's chunk c while the slot
+// before (among its thread's slots) aggregates chunk c - 1 without it shows
+// its packet for c - 1 lost; the rank is NACKed at once, the others not.
+TEST_F(Bmv2Scenario, APacketOvertakenByItsRanksNextChunkIsNackedToThatRankOnly) {
+  const JobId job = Install(3);
+  const uint64_t nacks = Counters().nacks_sent;
+  Send(Contribution(job, 0, 0, 0, 0), Values(1));
+  SendInOrder(Contribution(job, 2, 0, 0, 0), Values(3));  // rank 1's chunk 0 is lost
+  Send(Contribution(job, 0, 1, 1, 0), Values(4));         // rank 0 is in slot 0: no NACK
+  ExpectSilence(0);
+  Send(Contribution(job, 1, 1, 1, 0), Values(5));
+  ExpectNack(1, job, 0, 0, 0, 0b010);
+  for (int host : {0, 1, 2}) ExpectSilence(host);
+  EXPECT_EQ(Counters().nacks_sent, nacks + 1);
+  Send(Contribution(job, 2, 1, 1, 0), Values(6));
+  ExpectResultAtAll({0, 1, 2}, job, 1, 1, 0, Sum({Values(4), Values(5), Values(6)}));
+  // The NACKed rank resends; the others sent nothing more.
+  PacketHeader resend = Contribution(job, 1, 0, 0, 0);
+  resend.resend = true;
+  Send(resend, Values(2));
+  ExpectResultAtAll({0, 1, 2}, job, 0, 0, 0, Sum({Values(1), Values(2), Values(3)}));
+  EXPECT_EQ(Counters().nacks_sent, nacks + 1);
+}
+
+// The overtaking packet completes its own slot: the NACK goes out with the
+// result, ahead of it on the rank's port. For the first of a thread's slots
+// the slot before is its last, in the other version where the slot's use
+// wrapped round.
+TEST_F(Bmv2Scenario, ANackGoesWithTheResultItsPacketCompletesAndAcrossTheWrap) {
+  const JobId job = Install(2, 2);
+  ReduceTwo(job, 0, 0, 0, 1, 2);
+  Send(Contribution(job, 0, 1, 1, 0), Values(3));  // rank 1's chunk 1 is lost
+  SendInOrder(Contribution(job, 0, 2, 0, 1), Values(4));
+  Send(Contribution(job, 1, 2, 0, 1), Values(5));
+  ExpectNack(1, job, 1, 1, 0, 0b10);
+  ExpectResultAtAll({0, 1}, job, 2, 0, 1, Sum({Values(4), Values(5)}));
+  // Now rank 0's chunk 3 (slot 1, version 1) is lost behind chunk 1.
+  PacketHeader resend = Contribution(job, 1, 1, 1, 0);
+  resend.resend = true;
+  Send(resend, Values(6));
+  ExpectResultAtAll({0, 1}, job, 1, 1, 0, Sum({Values(3), Values(6)}));
+  SendInOrder(Contribution(job, 1, 3, 1, 1), Values(7));
+  Send(Contribution(job, 0, 4, 0, 0), Values(8));  // wraps to slot 1, version 1
+  ExpectNack(0, job, 3, 1, 1, 0b01);
+  for (int host : {0, 1}) ExpectSilence(host);
+}
+
+// With two threads per rank, each owns half of the slots and sends its own
+// chunks in order: the slot before a thread's first is its own last one,
+// never the other thread's, and the NACK goes to the thread's socket.
+TEST_F(Bmv2Scenario, TheSlotBeforeIsAmongTheSendingThreadsSlots) {
+  const JobId job = Install(2, 4, 0, 2);  // thread 0: slots 0, 1; thread 1: 2, 3
+  auto send = [&](uint16_t rank, uint16_t thread, uint32_t chunk, uint16_t slot,
+                  uint8_t version = 0) {
+    const uint64_t packets = Counters().packets;
+    h().SendUdp(rank, Bmv2Harness::Host(rank, kThreadPorts * thread), Bmv2Harness::SwitchEndpoint(),
+                SwitchmlPayload(Contribution(job, rank, chunk, slot, version), Values(chunk)));
+    WaitForPackets(packets + 1);  // in order across ports (SendInOrder)
+  };
+  send(0, 0, 1, 1);  // thread 0's chunk 1 without rank 1's
+  send(1, 1, 2, 2);  // thread 1's first chunk: slot 1 is not its slot before
+  ExpectSilence(1);
+  send(0, 1, 2, 2);  // completes slot 2: the result goes to thread 1's sockets
+  for (int rank : {0, 1}) {
+    const Frame f = Expect(rank);
+    EXPECT_EQ(f.header.type, MessageType::kResult);
+    EXPECT_TRUE(SameEndpoint(f.dst, Bmv2Harness::Host(rank, kThreadPorts)));
+  }
+  send(0, 1, 3, 3);     // thread 1's chunk 3 without rank 1's
+  send(1, 1, 4, 2, 1);  // thread 1 wrapped: the slot before slot 2 is slot 3
+  ExpectNack(1, job, 3, 3, 0, 0b10, 1);
+  for (int host : {0, 1}) ExpectSilence(host);
+}
+
+// A probe (docs/wire-format.md, "The probe") asks for a slot's state
+// without values: a pending reply that says whether the slot lacks the
+// prober, or its lost result; never counted in.
+TEST_F(Bmv2Scenario, AProbeIsAnsweredWithTheSlotsStateForItsSenderOnly) {
+  const JobId job = Install(2);
+  const auto before = Counters();
+  auto probe = [&](uint16_t rank, uint32_t chunk, uint16_t slot, uint8_t version) {
+    PacketHeader p = Contribution(job, rank, chunk, slot, version);
+    p.type = MessageType::kProbe;
+    p.element_count = 0;
+    Send(p, {});
+  };
+  auto expect_pending = [&](int rank, uint32_t chunk, uint32_t bitmap) {
+    SCOPED_TRACE("pending to rank " + std::to_string(rank));
+    CheckFrame(Expect(rank), Bmv2Harness::Host(rank), MessageType::kPending, uint16_t(rank), job,
+               chunk, 2, 0, {bitmap});
+  };
+  probe(0, 0, 2, 0);  // the slot has not started: no rank listed
+  expect_pending(0, 0, 0);
+  SendInOrder(Contribution(job, 0, 0, 2, 0), Values(1));
+  probe(0, 0, 2, 0);  // in, waiting for rank 1
+  expect_pending(0, 0, 0b01);
+  probe(1, 0, 2, 0);  // rank 1's contribution is not in (lost)
+  expect_pending(1, 0, 0b01);
+  for (int host : {0, 1}) ExpectSilence(host);
+  Send(Contribution(job, 1, 0, 2, 0), Values(2));
+  const auto sums = Sum({Values(1), Values(2)});
+  ExpectResultAtAll({0, 1}, job, 0, 2, 0, sums);
+  probe(0, 0, 2, 0);  // rank 0 lost the result: it comes to rank 0 only
+  ExpectResultToSender(0, job, 0, 2, 0, sums);
+  ExpectSilence(1);
+  // Rank 1 moved on to chunk 4 in version 1; a probe of its chunk 0 is stale
+  // (it had the result), and one with values is dropped.
+  SendInOrder(Contribution(job, 1, 4, 2, 1), Values(3));
+  probe(1, 0, 2, 0);
+  PacketHeader with_values = Contribution(job, 0, 4, 2, 1);
+  with_values.type = MessageType::kProbe;
+  Send(with_values, Values(4));
+  for (int host : {0, 1}) ExpectSilence(host);
+  const auto after = Counters();
+  EXPECT_EQ(after.contributions - before.contributions, 3u);  // probes never count in
+  EXPECT_EQ(after.pending_replies - before.pending_replies, 3u);
+  EXPECT_EQ(after.results_resent - before.results_resent, 1u);
+  EXPECT_EQ(
+      after.drops[size_t(DropReason::kStaleChunk)] - before.drops[size_t(DropReason::kStaleChunk)],
+      1u);
+  EXPECT_EQ(after.drops[size_t(DropReason::kElementCount)] -
+                before.drops[size_t(DropReason::kElementCount)],
+            1u);
 }
 
 TEST_F(Bmv2Scenario, OtherTrafficIsSwitchedUnchanged) {
@@ -486,7 +651,12 @@ TEST_F(Bmv2Scenario, MatchesTheSoftwareDataPlaneOnARandomTrace) {
     } else if (action == Action::kSendToAll) {
       receivers = {0, 1, 2};
     }
-    if (receivers.empty()) {
+    if (!step.nack.empty()) {
+      // The NACK, a clone, leaves ahead of the packet's own answer.
+      const Frame f = Expect(0);
+      EXPECT_EQ(f.dst.port, Bmv2Harness::Host(step.rank).port);
+      EXPECT_EQ(f.udp_payload, step.nack);
+    } else if (receivers.empty()) {
       // Nothing to wait for: wait until the switch has counted the packet,
       // so the next one cannot overtake it or overrun its input queue.
       WaitForPackets(before.packets + trace.counters().packets);
@@ -507,6 +677,7 @@ TEST_F(Bmv2Scenario, MatchesTheSoftwareDataPlaneOnARandomTrace) {
   EXPECT_EQ(after.slots_completed - before.slots_completed, expected.slots_completed);
   EXPECT_EQ(after.results_resent - before.results_resent, expected.results_resent);
   EXPECT_EQ(after.pending_replies - before.pending_replies, expected.pending_replies);
+  EXPECT_EQ(after.nacks_sent - before.nacks_sent, trace.nacks());
   for (int r = 1; r < kNumDropReasons; ++r) {
     SCOPED_TRACE(DropReasonName(DropReason(r)));
     EXPECT_EQ(after.drops[size_t(r)] - before.drops[size_t(r)], expected.drops[size_t(r)]);

@@ -23,6 +23,8 @@ constexpr const char* kL2 = "SwitchmlIngress.l2_hosts";
 constexpr const char* kRouterMacs = "SwitchmlIngress.router_macs";
 constexpr const char* kRoutes = "SwitchmlIngress.ipv4_routes";
 constexpr const char* kArp = "SwitchmlIngress.arp_responder";
+// The indexes into kEventCounters of the events the program counts.
+constexpr size_t kProgramEvents[] = {0, 1, 2, 3, 4, 8};
 constexpr const char* kReplicas = "SwitchmlEgress.result_replicas";
 constexpr const char* kDrops = "SwitchmlIngress.switchml_drops";
 constexpr const char* kEvents = "SwitchmlIngress.switchml_events";
@@ -234,6 +236,15 @@ Status Bmv2Target::Setup() {
       !r.ok()) {
     return r.status();
   }
+  // A NACK goes back out of the port its contribution came in on, as an
+  // ingress clone through that port's mirror session.
+  for (uint16_t p : ports) {
+    if (auto r = cli_->Run("mirroring_add " + std::to_string(kNackSessionBase + p) + " " +
+                           std::to_string(p));
+        !r.ok()) {
+      return r.status();
+    }
+  }
   spdlog::info("bmv2 data plane ready: endpoint {} ({}), UDP port {}, {} hosts on {} ports",
                config_.switch_ip, mac, kUdpPort, hosts_.size(), ports.size());
   return Status::Ok();
@@ -384,9 +395,9 @@ StatusOr<TargetCounters> Bmv2Target::Counters(const std::vector<JobId>&) {
     if (!answer.ok()) return answer.status();
     return ParseCounterPackets(answer.value());
   };
-  // The program's EVENT_* indexes follow kEventCounters; it counts those of
-  // one level only (the upstream ones stay zero: it has no upstream).
-  for (size_t index = 0; index < kOneLevelEventCounters; ++index) {
+  // The program's EVENT_* indexes follow kEventCounters; it counts all but
+  // the upstream ones (it has no upstream).
+  for (size_t index : kProgramEvents) {
     auto value = read(kEvents, int(index));
     if (!value.ok()) return value.status();
     c.*kEventCounters[index].field = value.value();

@@ -3,7 +3,8 @@
 //
 // At start it resets the switch (tables, registers, counters, multicast) and
 // installs the fixed entries: the aggregation endpoint, ARP answers for it,
-// and L2/L3 forwarding for every host of the topology. Per job it installs
+// L2/L3 forwarding for every host of the topology, and a mirror session per
+// host port that carries the program's NACKs back out of it. Per job it installs
 // the job entry, one sender entry per worker socket, and one result
 // multicast group per worker thread whose replicas egress rewrites to each
 // worker's socket; Remove() deletes all of them.
@@ -57,6 +58,8 @@ class Bmv2Target final : public DataPlaneTarget {
   // The program counts all jobs together: no per-job counters.
   StatusOr<TargetCounters> Counters(const std::vector<JobId>& jobs) override;
   bool counts_per_job() const override { return false; }  // one set of registers for all
+  // The program answers probes with the result or a pending reply.
+  bool answers_probes() const override { return true; }
 
   // SWITCHML_UDP_PORT_BASE of p4/common/constants.p4.
   static constexpr uint16_t kUdpPort = 0xBEE0;
@@ -65,6 +68,8 @@ class Bmv2Target final : public DataPlaneTarget {
   // SWITCHML_MAX_JOBS: the size of the program's job table.
   static constexpr uint16_t kMaxJobs = 64;
   static constexpr uint16_t kFloodGroup = 1;
+  // NACK_SESSION_BASE: port p's NACKs leave through mirror session base + p.
+  static constexpr uint32_t kNackSessionBase = 1;
 
  private:
   struct Installed {
