@@ -636,6 +636,52 @@ TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));  // rank 2, lost
 }
 
+// With two threads per rank, each sends the chunks of its own slots in
+// order, but not in order with the other: a thread's first chunk says
+// nothing about the other thread's last slot. Within a thread, the slot
+// before its first is its last.
+TEST_F(DataPlaneTest, ANewerChunkNacksOnlyWithinTheSendingThreadsSlots) {
+  JobRegistration job{JobId(1), 2, kK, 0, 4};
+  job.threads = 2;  // thread 0: slots 0 and 1; thread 1: slots 2 and 3
+  ASSERT_TRUE(dp_->RegisterJob(job).ok());
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});  // thread 0's chunk 1, without rank 1's
+  const Nanos watch = dp_->NextTimer();
+  ASSERT_GT(watch, Nanos(1000));
+  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // thread 1's first chunk: not a loss in slot 1
+  EXPECT_GT(dp_->NextTimer(), Nanos(1000));
+  EXPECT_EQ(dp_->NextTimerPacket(Nanos(1000), out_).action, Action::kDrop);
+  ASSERT_EQ(Send(1, 0, 2, 0, 2, {1, 1, 1, 1}).action, Action::kSendToAll);
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});  // thread 1's chunk 3, without rank 1's
+  Send(1, 1, 2, 1, 4, {1, 1, 1, 1});  // rank 1's thread 1 wrapped: its chunk 3 was lost
+  EXPECT_EQ(dp_->NextTimer(), Nanos(1000));
+  const Verdict v = Keep(dp_->NextTimerPacket(Nanos(1000), out_));
+  ASSERT_EQ(v.action, Action::kNackToMissing);
+  EXPECT_EQ(v.slot, 3u);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b10, 0b00}));  // rank 1, lost
+  job.id = JobId(2);
+  job.pool_base = 8;
+  job.threads = 5;  // more threads than slots
+  EXPECT_EQ(dp_->RegisterJob(job).code(), StatusCode::kInvalidArgument);
+}
+
+// Nor does a newer chunk from another thread of the rank prove a loss when
+// a stalled slot's watch falls due: the rank is behind there, not lost.
+TEST_F(DataPlaneTest, AnotherThreadsNewerChunkDoesNotCallAPacketLost) {
+  JobRegistration job{JobId(1), 2, kK, 0, 4};
+  job.threads = 2;
+  ASSERT_TRUE(dp_->RegisterJob(job).ok());
+  dp_->AdvanceClock(Nanos(1000));
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});  // thread 0's chunk 1, without rank 1's
+  Send(1, 1, 2, 0, 2, {1, 1, 1, 1});  // rank 1's thread 1 is further on
+  const Nanos watch = dp_->NextTimer();
+  ASSERT_GT(watch, Nanos(1000));
+  dp_->AdvanceClock(watch);
+  // The first watches name only ranks proven lost: none.
+  EXPECT_EQ(dp_->NextTimerPacket(watch, out_).action, Action::kDrop);
+  EXPECT_EQ(dp_->counters().nacks_sent, 0u);
+}
+
 // A multipath fabric reorders: a first transmission overtaken by its rank's
 // next chunk that still comes shows how late packets run. From then on the
 // switch waits that long, and a quarter more (at most a rank's quickest

@@ -201,9 +201,9 @@ size_t DataPlane::WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_
     uint32_t lost = 0, stopped = 0, recent = 0;
     for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
       const int b = __builtin_ctz(bits);
-      if (overtaken && job.SentNewer(uint16_t(first_rank + b), chunk_[slot])) lost |= 1u << b;
-      if (scope == NackScope::kLostOrWaiting &&
-          job.SilentSince(uint16_t(first_rank + b), first_at_[slot])) {
+      const size_t sender = job.Sender(uint16_t(first_rank + b), job_slot);
+      if (overtaken && job.SentNewer(sender, chunk_[slot])) lost |= 1u << b;
+      if (scope == NackScope::kLostOrWaiting && job.SilentSince(sender, first_at_[slot])) {
         stopped |= 1u << b;
       }
       const Nanos named_at = job.waiting_named_at[first_rank + b];
@@ -341,6 +341,12 @@ Status DataPlane::CheckRegistration(const JobRegistration& job) const {
                              std::to_string(job.local_ranks[i]) + " does not");
     }
   }
+  if (job.threads == 0 || job.threads > job.pool_slots) {
+    return InvalidArgument("job " + id + ": threads=" + std::to_string(job.threads) +
+                           " is out of range; a job of " + std::to_string(job.pool_slots) +
+                           " slots has 1.." + std::to_string(job.pool_slots) +
+                           " threads per rank (each owns at least one slot)");
+  }
   if (job.upstream && job.upstream->retransmit_timeout <= Nanos(0)) {
     return InvalidArgument("job " + id + ": the upstream retransmit_timeout must be positive");
   }
@@ -384,9 +390,10 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.min_gap = Nanos::max();
   entry.min_turnaround = Nanos::max();
   entry.reorder_window = Nanos(0);
-  entry.newest_chunk.assign(job.world_size, 0);
-  entry.sent_any.assign(job.world_size, 0);
-  entry.newest_at.assign(job.world_size, Nanos(0));
+  const size_t senders = size_t(job.world_size) * job.threads;
+  entry.newest_chunk.assign(senders, 0);
+  entry.sent_any.assign(senders, 0);
+  entry.newest_at.assign(senders, Nanos(0));
   entry.waiting_named_at.assign(job.world_size, Nanos::min());
   entry.local_mask.clear();
   if (!job.local_ranks.empty()) {
@@ -657,13 +664,18 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
 }
 
 void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
-  // A rank sends its chunks in order, chunk c into slot c mod the job's
-  // slots, over a link that keeps order. If the slot before this one
-  // aggregates chunk c - 1 without this rank, its packet was lost: waiting
-  // for the stall's watch (the ranks' spread and more) would hold the slot
-  // for nothing. Where the previous chunk is not there (an operation
-  // using fewer slots, or it completed), the watch stays as it was.
-  const uint32_t pool_slot = job.reg.pool_base + (h.slot == 0 ? job.reg.pool_slots : h.slot) - 1;
+  // A rank's thread sends its chunks in order, chunk c into the slot after
+  // chunk c - 1's among its own slots, over a link that keeps order. If
+  // that slot aggregates chunk c - 1 without this rank, its packet was lost:
+  // waiting for the stall's watch (the ranks' spread and more) would hold
+  // the slot for nothing. Where the previous chunk is not there (an
+  // operation using fewer slots, or it completed), the watch stays as it
+  // was. Another thread's slots say nothing: threads do not keep order.
+  const uint32_t threads = job.reg.threads;
+  const ThreadRange own =
+      ThreadShare(job.reg.pool_slots, ThreadOf(h.slot, job.reg.pool_slots, threads), threads);
+  const uint32_t pool_slot =
+      job.reg.pool_base + uint32_t(h.slot == own.begin ? own.end : h.slot) - 1;
   for (uint8_t version = 0; version < 2; ++version) {
     const size_t slot = SlotIndexOf(version, pool_slot);
     if (!used_[slot] || remaining_[slot] == 0 || awaits_upstream_[slot] ||
@@ -688,7 +700,7 @@ void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, s
   // reordered it. Wait as long, and a quarter more, before calling the next
   // overtaken packet lost; but no longer than an answer to a NACK takes.
   if (h.resend || remaining_[slot] == 0 || late_since_[slot] == Nanos::max() ||
-      !job.SentNewer(h.rank, h.chunk) || job.min_turnaround == Nanos::max()) {
+      !job.SentNewer(job.Sender(h.rank, h.slot), h.chunk) || job.min_turnaround == Nanos::max()) {
     return;
   }
   const Nanos late = now_ - late_since_[slot];
@@ -711,11 +723,12 @@ DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader&
 }
 
 void DataPlane::NoteNewestChunk(JobEntry& job, const PacketHeader& h) {
-  if (job.sent_any[h.rank] && !ChunkBefore(job.newest_chunk[h.rank], h.chunk)) return;
-  if (job.sent_any[h.rank]) job.min_gap = std::min(job.min_gap, now_ - job.newest_at[h.rank]);
-  job.newest_chunk[h.rank] = h.chunk;
-  job.newest_at[h.rank] = now_;
-  job.sent_any[h.rank] = 1;
+  const size_t sender = job.Sender(h.rank, h.slot);
+  if (job.sent_any[sender] && !ChunkBefore(job.newest_chunk[sender], h.chunk)) return;
+  if (job.sent_any[sender]) job.min_gap = std::min(job.min_gap, now_ - job.newest_at[sender]);
+  job.newest_chunk[sender] = h.chunk;
+  job.newest_at[sender] = now_;
+  job.sent_any[sender] = 1;
 }
 
 Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slot,

@@ -39,6 +39,7 @@
 #include <span>
 #include <vector>
 
+#include "common/thread_split.h"
 #include "switchml/data_plane_config.h"
 #include "switchml/status.h"
 #include "switchml/types.h"
@@ -68,6 +69,10 @@ struct JobRegistration {
   std::vector<uint16_t> local_ranks = {};
   // Set: a slot complete here goes upstream, and the result comes from there.
   std::optional<UpstreamLink> upstream = std::nullopt;
+  // I/O threads per rank: thread t sends the chunks of its slots,
+  // ThreadShare(pool_slots, t, threads), in order; the threads of a rank do
+  // not keep order among each other.
+  uint16_t threads = 1;
 };
 
 enum class Action : uint8_t {
@@ -232,14 +237,16 @@ class DataPlane {
     // smooths a round trip. A slot incomplete for longer is stalled.
     Nanos spread{0};
     Nanos spread_dev{0};
-    // Per rank: the newest chunk id it sent (where sent_any). A rank sends
-    // in chunk order over a FIFO link, so one whose newer chunk came lost the
-    // stalled one; one that sent nothing newer may only be behind.
+    // Per rank and thread (index rank * threads + thread): the newest chunk
+    // id it sent (where sent_any). A rank's thread sends its slots' chunks in
+    // order over a FIFO link, so one whose newer chunk came lost the stalled
+    // one; one that sent nothing newer may only be behind (another thread's
+    // chunks say nothing: the threads do not keep order among each other).
     std::vector<uint32_t> newest_chunk;
     std::vector<uint8_t> sent_any;
-    // Per rank: when its newest chunk came; and the shortest gap between one
-    // rank's consecutive packets (its link's packet time; max: none yet),
-    // which floors the NACK delay.
+    // Per rank and thread: when its newest chunk came; and the shortest gap
+    // between one sender's consecutive packets (its link's packet time at
+    // most; max: none yet), which floors the NACK delay.
     std::vector<Nanos> newest_at;
     // Per rank: when a NACK last named it in bitmap 2 (missing, not known
     // lost); min: never.
@@ -254,12 +261,17 @@ class DataPlane {
     // window, RFC 8985). 0 until a packet is overtaken.
     Nanos min_turnaround = Nanos::max();
     Nanos reorder_window{0};
-    bool SentNewer(uint16_t rank, uint32_t chunk) const {
-      return sent_any[rank] && ChunkBefore(chunk, newest_chunk[rank]);
+    // The entry of (rank, the thread that owns job slot `slot`) in the
+    // per-sender vectors above.
+    size_t Sender(uint16_t rank, uint16_t slot) const {
+      return size_t(rank) * reg.threads + ThreadOf(slot, reg.pool_slots, reg.threads);
     }
-    // The rank sent nothing after `t`.
-    bool SilentSince(uint16_t rank, Nanos t) const {
-      return !sent_any[rank] || newest_at[rank] <= t;
+    bool SentNewer(size_t sender, uint32_t chunk) const {
+      return sent_any[sender] && ChunkBefore(chunk, newest_chunk[sender]);
+    }
+    // The sender sent nothing after `t`.
+    bool SilentSince(size_t sender, Nanos t) const {
+      return !sent_any[sender] || newest_at[sender] <= t;
     }
 
     Nanos NackDelay() const;

@@ -99,6 +99,7 @@ Status SoftwareTarget::Install(const JobInstall& job) {
   }
   JobRegistration registration = ToRegistration(job.assignment);
   registration.local_ranks = job.local_ranks;
+  registration.threads = job.threads;
   if (job.upstream) registration.upstream = UpstreamLink{job.upstream->job, job.upstream->member};
   for (size_t s = 0; s < shards_.size(); ++s) {
     std::optional<UpstreamRoute> route;
