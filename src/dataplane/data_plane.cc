@@ -192,6 +192,7 @@ size_t DataPlane::WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_
   // retransmission asked for names them all: that worker's timers, not
   // NACKs, pace its recovery.)
   const bool once_per_turnaround = scope == NackScope::kAll && job.min_turnaround != Nanos::max();
+  const uint32_t thread = job.ThreadOfSlot(job_slot);  // whose chunk order tells a loss
   for (uint16_t w = 0; w < words; ++w) {
     const uint16_t first_rank = uint16_t(32 * w);
     const uint16_t ranks = uint16_t(std::min(32, job.reg.world_size - first_rank));
@@ -201,7 +202,7 @@ size_t DataPlane::WriteNack(JobEntry& job, size_t slot, uint8_t version, uint16_
     uint32_t lost = 0, stopped = 0, recent = 0;
     for (uint32_t bits = missing; bits != 0; bits &= bits - 1) {
       const int b = __builtin_ctz(bits);
-      const size_t sender = job.Sender(uint16_t(first_rank + b), job_slot);
+      const size_t sender = job.Sender(uint16_t(first_rank + b), thread);
       if (overtaken && job.SentNewer(sender, chunk_[slot])) lost |= 1u << b;
       if (scope == NackScope::kLostOrWaiting && job.SilentSince(sender, first_at_[slot])) {
         stopped |= 1u << b;
@@ -651,19 +652,20 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   const size_t slot = SlotIndexOf(h.version, job->reg.pool_base + h.slot);
   const bool counted = Counted(slot, h.rank);
   if (probe) return OnProbe(*job, h, slot, counted, out);
-  NoteNewestChunk(*job, h);
+  const uint32_t thread = job->ThreadOfSlot(h.slot);
+  NoteNewestChunk(*job, h, thread);
   const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
   if (counted && IsHeaderCopy(h, slot)) return OnHeaderCopy(*job, slot);
   if (counted) return OnRetransmission(*job, h, slot, out);
   if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
     return Drop(job, bad);
   }
-  WatchChunkBefore(*job, h);
-  NoteArrival(*job, h, slot, other);
+  WatchChunkBefore(*job, h, thread);
+  NoteArrival(*job, h, thread, slot, other);
   return CountIn(*job, packet, slot, other, out);
 }
 
-void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
+void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h, uint32_t thread) {
   // A rank's thread sends its chunks in order, chunk c into the slot after
   // chunk c - 1's among its own slots, over a link that keeps order. If
   // that slot aggregates chunk c - 1 without this rank, its packet was lost:
@@ -671,9 +673,7 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
   // the slot for nothing. Where the previous chunk is not there (an
   // operation using fewer slots, or it completed), the watch stays as it
   // was. Another thread's slots say nothing: threads do not keep order.
-  const uint32_t threads = job.reg.threads;
-  const ThreadRange own =
-      ThreadShare(job.reg.pool_slots, ThreadOf(h.slot, job.reg.pool_slots, threads), threads);
+  const ThreadRange own = ThreadShare(job.reg.pool_slots, thread, job.reg.threads);
   const uint32_t pool_slot =
       job.reg.pool_base + uint32_t(h.slot == own.begin ? own.end : h.slot) - 1;
   for (uint8_t version = 0; version < 2; ++version) {
@@ -691,7 +691,8 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h) {
   }
 }
 
-void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other) {
+void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, uint32_t thread, size_t slot,
+                            size_t other) {
   // The rank sends into this version only once it holds the other's result.
   if (Completed(other)) {
     job.min_turnaround = std::min(job.min_turnaround, now_ - result_at_[other]);
@@ -700,7 +701,7 @@ void DataPlane::NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, s
   // reordered it. Wait as long, and a quarter more, before calling the next
   // overtaken packet lost; but no longer than an answer to a NACK takes.
   if (h.resend || remaining_[slot] == 0 || late_since_[slot] == Nanos::max() ||
-      !job.SentNewer(job.Sender(h.rank, h.slot), h.chunk) || job.min_turnaround == Nanos::max()) {
+      !job.SentNewer(job.Sender(h.rank, thread), h.chunk) || job.min_turnaround == Nanos::max()) {
     return;
   }
   const Nanos late = now_ - late_since_[slot];
@@ -722,8 +723,8 @@ DropReason DataPlane::CheckContribution(const JobEntry& job, const PacketHeader&
   return DropReason::kNone;
 }
 
-void DataPlane::NoteNewestChunk(JobEntry& job, const PacketHeader& h) {
-  const size_t sender = job.Sender(h.rank, h.slot);
+void DataPlane::NoteNewestChunk(JobEntry& job, const PacketHeader& h, uint32_t thread) {
+  const size_t sender = job.Sender(h.rank, thread);
   if (job.sent_any[sender] && !ChunkBefore(job.newest_chunk[sender], h.chunk)) return;
   if (job.sent_any[sender]) job.min_gap = std::min(job.min_gap, now_ - job.newest_at[sender]);
   job.newest_chunk[sender] = h.chunk;

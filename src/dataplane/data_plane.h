@@ -261,10 +261,13 @@ class DataPlane {
     // window, RFC 8985). 0 until a packet is overtaken.
     Nanos min_turnaround = Nanos::max();
     Nanos reorder_window{0};
-    // The entry of (rank, the thread that owns job slot `slot`) in the
-    // per-sender vectors above.
-    size_t Sender(uint16_t rank, uint16_t slot) const {
-      return size_t(rank) * reg.threads + ThreadOf(slot, reg.pool_slots, reg.threads);
+    // The rank's thread that owns job slot `slot`.
+    uint32_t ThreadOfSlot(uint16_t slot) const {
+      return reg.threads == 1 ? 0 : ThreadOf(slot, reg.pool_slots, reg.threads);
+    }
+    // The entry of (rank, thread) in the per-sender vectors above.
+    size_t Sender(uint16_t rank, uint32_t thread) const {
+      return size_t(rank) * reg.threads + thread;
     }
     bool SentNewer(size_t sender, uint32_t chunk) const {
       return sent_any[sender] && ChunkBefore(chunk, newest_chunk[sender]);
@@ -317,15 +320,17 @@ class DataPlane {
   // fields against the job (kNone: valid); the sender's newest chunk; a
   // retransmission into (v, slot), where the sender already counted; whether
   // a new contribution may join (v, slot), `other` being (1-v, slot); and
-  // counting it in, which may complete the slot.
+  // counting it in, which may complete the slot. `thread`: the rank's
+  // thread that owns h.slot (JobEntry::ThreadOfSlot).
   DropReason CheckContribution(const JobEntry& job, const PacketHeader& h) const;
-  void NoteNewestChunk(JobEntry& job, const PacketHeader& h);
+  void NoteNewestChunk(JobEntry& job, const PacketHeader& h, uint32_t thread);
   // The rank's previous chunk is still missing from the slot aggregating
   // it: that packet was lost; NACK it at the next timer.
-  void WatchChunkBefore(JobEntry& job, const PacketHeader& h);
+  void WatchChunkBefore(JobEntry& job, const PacketHeader& h, uint32_t thread);
   // Measures the job's turnaround and reordering from a new contribution to
   // (v, slot) (see JobEntry::reorder_window).
-  void NoteArrival(JobEntry& job, const PacketHeader& h, size_t slot, size_t other);
+  void NoteArrival(JobEntry& job, const PacketHeader& h, uint32_t thread, size_t slot,
+                   size_t other);
   Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
                   std::span<uint8_t> out);
   bool IsHeaderCopy(const PacketHeader& h, size_t slot) const;
