@@ -39,6 +39,7 @@ struct Args {
   int warmup = 4;
   bool no_probes = false;
   bool whole_descriptor_round = false;
+  bool pacing = false;
   bool json = false;
 };
 
@@ -90,6 +91,10 @@ void AddOptions(CLI::App& app, Args& a) {
   app.add_flag("--whole-descriptor-round", a.whole_descriptor_round,
                "the descriptor round sends whole packets instead of exponent-only ones (as "
                "with a P4 switch, which takes whole packets only)");
+  app.add_flag("--pacing", a.pacing,
+               "workers pace their packets at --link-gbps and keep the pool in flight "
+               "(WorkerEngineConfig::pacing_bits_per_second; not yet offered to real "
+               "workers) instead of the measured window");
   app.add_flag("--json", a.json, "print one JSON object instead of the text lines");
 }
 
@@ -118,6 +123,7 @@ switchml::SimClusterOptions ClusterOptions(const Args& a) {
   o.racks = uint16_t(a.racks);
   o.probes = !a.no_probes;
   o.exponent_only = !a.whole_descriptor_round;
+  o.pacing = a.pacing;
   o.network.upstream_link_bits_per_second = uint64_t(a.upstream_gbps * 1e9);
   o.network.upstream_latency =
       a.upstream_latency_us < 0 ? Nanos(-1) : Micros(a.upstream_latency_us);
@@ -234,6 +240,7 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"warmup", a.warmup},
         {"probes_enabled", !a.no_probes},
         {"exponent_only_packets", !a.whole_descriptor_round},
+        {"pacing", a.pacing},
         {"packets_sent", t.sent},
         {"retransmissions", t.retransmissions},
         {"nack_retransmissions", t.nack_resends},
@@ -296,6 +303,10 @@ int main(int argc, char** argv) {
   if (a.racks > a.workers) {
     std::fprintf(stderr, "--racks=%d exceeds --workers=%d; every rack needs a worker\n", a.racks,
                  a.workers);
+    return 2;
+  }
+  if (a.pacing && a.link_gbps <= 0) {
+    std::fprintf(stderr, "--pacing paces at the link rate: give --link-gbps too (try 100)\n");
     return 2;
   }
   const uint64_t bytes = switchml::bench::ParseSize(a.size);

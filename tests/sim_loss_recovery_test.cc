@@ -144,13 +144,16 @@ TEST(SimulatedTime, AnOperationEndsAtItsLastRanksCompletion) {
   EXPECT_EQ(done, int(world));
 }
 
-class LossFree : public ::testing::TestWithParam<std::tuple<uint16_t, Path>> {};
+class LossFree : public ::testing::TestWithParam<std::tuple<uint16_t, Path, bool>> {};
 
-// On a loss-free path nothing is resent, at any
-// speed or scale (before: a third of all packets at 100 Gbit/s).
+// On a loss-free path nothing is resent, at any speed or scale (before: a
+// third of all packets at 100 Gbit/s), with the measured window or paced at
+// the link rate (then nothing is probed either: the link holds no queue).
 TEST_P(LossFree, NothingIsResent) {
-  const auto [world, path] = GetParam();
-  auto c = SimCluster::Create(Options(world, path, 0.0));
+  const auto [world, path, pacing] = GetParam();
+  SimClusterOptions o = Options(world, path, 0.0);
+  o.pacing = pacing;
+  auto c = SimCluster::Create(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Counts counts = RunThree(*c.value(), world, 256 * kK).all;
   EXPECT_EQ(counts.net.lost, 0u);
@@ -158,6 +161,12 @@ TEST_P(LossFree, NothingIsResent) {
   EXPECT_EQ(counts.net.retransmissions, 0u);
   EXPECT_EQ(counts.net.spurious_retransmissions, 0u);
   EXPECT_EQ(counts.redundant_headers, 0u);  // no loss, no copies
+  if (pacing) {
+    for (uint16_t r = 0; r < world; ++r) {
+      EXPECT_EQ(c.value()->worker(r).counters().probes_sent, 0u) << "rank " << r;
+      EXPECT_EQ(c.value()->worker(r).counters().window, o.pool_slots) << "rank " << r;
+    }
+  }
   // (The switch may still NACK a rank whose packet jitter delayed: that
   // rank then sees a later packet of its own unanswered and sends nothing.)
 }
@@ -165,7 +174,8 @@ TEST_P(LossFree, NothingIsResent) {
 INSTANTIATE_TEST_SUITE_P(
     DatacenterSpeeds, LossFree,
     ::testing::Combine(::testing::Values(uint16_t(2), uint16_t(8), uint16_t(33)),
-                       ::testing::Values(Path{10, 20}, Path{100, 1}, Path{100, 20})));
+                       ::testing::Values(Path{10, 20}, Path{100, 1}, Path{100, 20}),
+                       ::testing::Bool()));
 
 // Under 1% loss every resend is accounted for, and they stay within a bound
 // of what was lost (switchml-sim, 8 MiB: 1.04x, 2.05x and 1.09x for seeds
@@ -265,7 +275,7 @@ TEST(LossRecovery, TimeoutsBeforeTheRoundTripOnlyProbe) {
   EXPECT_GT(probes, 0u);
 }
 
-class UnderLoss : public ::testing::TestWithParam<std::tuple<uint16_t, Path, double>> {};
+class UnderLoss : public ::testing::TestWithParam<std::tuple<uint16_t, Path, double, bool>> {};
 
 // With probes a rank resends only what the switch lacks: a lost packet of
 // its own (a pending reply or a NACK says so) or one whose result was lost
@@ -273,8 +283,10 @@ class UnderLoss : public ::testing::TestWithParam<std::tuple<uint16_t, Path, dou
 // and there are fewer resends than losses (lost results, probes, NACKs and
 // pending replies need none). The bound is 1.5x the lost.
 TEST_P(UnderLoss, NoResendIsSpurious) {
-  const auto [world, path, loss] = GetParam();
-  auto c = SimCluster::Create(Options(world, path, loss));
+  const auto [world, path, loss, pacing] = GetParam();
+  SimClusterOptions o = Options(world, path, loss);
+  o.pacing = pacing;
+  auto c = SimCluster::Create(o);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   const Counts counts = RunThree(*c.value(), world, 256 * kK).all;
   ASSERT_GT(counts.net.lost, 0u);
@@ -283,10 +295,14 @@ TEST_P(UnderLoss, NoResendIsSpurious) {
   EXPECT_LE(counts.net.retransmissions, counts.net.lost);
 }
 
-INSTANTIATE_TEST_SUITE_P(DatacenterSpeeds, UnderLoss,
-                         ::testing::Values(std::make_tuple(uint16_t(8), Path{100, 1}, 0.01),
-                                           std::make_tuple(uint16_t(33), Path{100, 20}, 0.01),
-                                           std::make_tuple(uint16_t(33), Path{10, 1}, 0.001)));
+INSTANTIATE_TEST_SUITE_P(
+    DatacenterSpeeds, UnderLoss,
+    ::testing::Values(std::make_tuple(uint16_t(8), Path{100, 1}, 0.01, false),
+                      std::make_tuple(uint16_t(33), Path{100, 20}, 0.01, false),
+                      std::make_tuple(uint16_t(33), Path{10, 1}, 0.001, false),
+                      std::make_tuple(uint16_t(8), Path{100, 1}, 0.01, true),
+                      std::make_tuple(uint16_t(33), Path{100, 20}, 0.01, true),
+                      std::make_tuple(uint16_t(33), Path{10, 1}, 0.001, true)));
 
 // A packet held back on a FIFO link stays in order: jitter delays, it never
 // reorders (the simulator once reordered within a link, which a real link

@@ -118,6 +118,14 @@ TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   EXPECT_FALSE(WorkerEngine::Create(c).ok());
 }
 
+TEST(WorkerEngineConfigTest, RejectsPacingBelowOneMegabitByName) {
+  WorkerEngineConfig c = Config(2, 0, 4);
+  c.pacing_bits_per_second = 999'999;
+  EXPECT_NE(c.Validate().message().find("pacing_bits_per_second=999999"), std::string::npos);
+  c.pacing_bits_per_second = kMinPacingBitsPerSecond;
+  EXPECT_TRUE(c.Validate().ok());
+}
+
 TEST(WorkerEngine, SubmitRejectsBadArguments) {
   WorkerEngine e(Config(1, 0, 4));
   EXPECT_EQ(e.Submit(nullptr, nullptr, 5, DType::kInt32, {}).status().code(),
@@ -734,6 +742,57 @@ TEST(WorkerEngine, AResultForAPacketSentAfterAnUnansweredProbeAsksAgain) {
   ASSERT_TRUE(called);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 3) << i;
   EXPECT_EQ(e.counters().retransmissions, 0u);
+}
+
+// Pacing at the link rate: a packet leaves once the link is free of all but
+// kPacingBurst of the packets before it, a timer sends the next ones as the
+// link frees, the pool (not a measured window) bounds the packets in flight,
+// and the result is exact.
+TEST(WorkerEngine, PacingSpacesPacketsAtTheLinkRate) {
+  WorkerEngineConfig c = Config(1, 0, 8);
+  c.pacing_bits_per_second = 1'000'000'000;
+  WorkerEngine e(c);
+  auto sw = SwitchWithJob(1, 8);
+  struct TimedSink : RecordingSink {
+    void Send(std::span<const uint8_t> p) override {
+      RecordingSink::Send(p);
+      at.push_back(now);
+    }
+    Nanos now{0};
+    std::vector<Nanos> at;
+  } sink;
+  // 8 chunks: the descriptor round and one data round of 8 slots.
+  std::vector<int32_t> x(8 * 32), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i * 7919) - 1000;
+  bool called = false;
+  ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& s) {
+                 called = s.ok();
+               }).ok());
+  e.OnTimer(Nanos(0), sink);
+  ASSERT_EQ(sink.sent.size(), kPacingBurst + 1);
+  // PacketBytes(32) plus 66 bytes of framing, at 1 Gbit/s.
+  const Nanos packet_time(int64_t((PacketBytes(32) + 66) * 8));
+  EXPECT_EQ(e.NextDeadline(), packet_time);
+  std::vector<uint8_t> out(PacketBytes(32));
+  size_t delivered = 0;
+  for (int steps = 0; !called && steps < 1000; ++steps) {
+    sink.now = e.NextDeadline();
+    e.OnTimer(sink.now, sink);
+    for (; delivered < sink.sent.size(); ++delivered) {  // a network without delay
+      const Verdict v = sw->Process(sink.sent[delivered], out);
+      if (v.action == Action::kSendToAll) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), sink.now, sink);
+      }
+    }
+  }
+  ASSERT_TRUE(called);
+  EXPECT_EQ(y, x);
+  ASSERT_EQ(sink.sent.size(), 16u);  // nothing resent or probed
+  for (size_t i = kPacingBurst + 1; i < sink.at.size(); ++i) {
+    EXPECT_GE(sink.at[i], int64_t(i - kPacingBurst) * packet_time) << "packet " << i;
+  }
+  EXPECT_EQ(e.counters().window, 8);  // the pool
+  EXPECT_EQ(e.counters().retransmissions + e.counters().probes_sent, 0u);
 }
 
 }  // namespace

@@ -57,6 +57,7 @@ StatusOr<std::unique_ptr<SimCluster>> SimCluster::Create(const SimClusterOptions
     config.non_finite_error = o.non_finite_error;
     config.switch_answers_probes = o.probes;
     config.switch_accepts_exponent_only = o.exponent_only;
+    if (o.pacing) config.pacing_bits_per_second = o.network.link_bits_per_second;
     auto engine = WorkerEngine::Create(config);
     if (!engine.ok()) return engine.status();
     raw.push_back(engine.value().get());

@@ -35,6 +35,10 @@ struct SimClusterOptions {
   // (WorkerEngineConfig::switch_accepts_exponent_only, as with the software
   // switch); false: whole packets, as with a P4 switch.
   bool exponent_only = true;
+  // The engines pace their packets at the network's link rate
+  // (WorkerEngineConfig::pacing_bits_per_second); false, or no link rate:
+  // the measured window bounds them.
+  bool pacing = false;
   SimNetworkOptions network;
   DataPlaneConfig data_plane;  // pool and limits of the switch (of every switch of a tree)
   // 2 or more: a tree (docs/design.md §10). The ranks split into this many

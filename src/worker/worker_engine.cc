@@ -126,6 +126,10 @@ Status WorkerEngineConfig::Validate() const {
     return InvalidArgument("operation_timeout (" + Millis(operation_timeout) +
                            ") must be positive");
   }
+  if (pacing_bits_per_second != 0 && pacing_bits_per_second < kMinPacingBitsPerSecond) {
+    return InvalidArgument("pacing_bits_per_second=" + std::to_string(pacing_bits_per_second) +
+                           " is below 1 Mbit/s; use the worker's link rate, or 0 for no pacing");
+  }
   if (failure_timeout <= max_retransmit_timeout) {
     return InvalidArgument("failure_timeout (" + Millis(failure_timeout) +
                            ") must exceed max_retransmit_timeout (" +
@@ -145,13 +149,22 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       missing_((config.world_size + 31) / 32),
       sizer_(config.pool_slots),
       recheck_(config.switch_answers_probes ? 2 * size_t(config.pool_slots) : 0),
-      rto_(config.retransmit_timeout) {}
+      rto_(config.retransmit_timeout) {
+  if (config.pacing_bits_per_second != 0) {
+    pacing_slack_ = Nanos(int64_t(double(kPacingBurst) *
+                                  double(PacketBytes(config.elements_per_packet) + kFramingBytes) *
+                                  8e9 / double(config.pacing_bits_per_second)));
+  }
+}
 
 WorkerEngine::~WorkerEngine() = default;
 
 bool WorkerEngine::idle() const { return queue_.empty(); }
 
-uint16_t WorkerEngine::Window() const { return config_.window ? config_.window : sizer_.window(); }
+uint16_t WorkerEngine::Window() const {
+  if (config_.window != 0) return config_.window;
+  return config_.pacing_bits_per_second != 0 ? config_.pool_slots : sizer_.window();
+}
 
 WorkerEngineCounters WorkerEngine::counters() const {
   WorkerEngineCounters c = counters_;
@@ -262,6 +275,10 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
     }
     const bool whole = WordsOf(slot, index) != 0;
     if (whole && in_flight_ >= window) break;
+    if (link_free_ > now + pacing_slack_) {  // paced: the link is busy
+      pace_at_ = link_free_ - pacing_slack_;
+      break;
+    }
     SendRound(slot, index, now, queued, sink);
     if (whole) {
       ++in_flight_;
@@ -308,9 +325,16 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
   const std::span<uint8_t> buf = sink.Claim(bytes);
   WritePacket(slot, index, buf.data(), resend);
   sink.Send(buf.first(bytes));
+  Paced(bytes, now);
   ++counters_.packets_sent;
   slot.resent_at = now;
   slot.answer_due = now + PathTimeout();
+}
+
+void WorkerEngine::Paced(size_t bytes, Nanos now) {
+  if (config_.pacing_bits_per_second == 0) return;
+  const double seconds = double(bytes + kFramingBytes) * 8 / double(config_.pacing_bits_per_second);
+  link_free_ = std::max(link_free_, now) + Nanos(int64_t(seconds * 1e9));
 }
 
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
@@ -338,6 +362,7 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
   EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
   sink.Send(buf.first(kHeaderBytes));
+  Paced(kHeaderBytes, now);
   ++counters_.probes_sent;
   ++slot.probes;
   ++slot.unanswered_probes;
@@ -728,6 +753,7 @@ void WorkerEngine::FinishOp(Status status) {
   queue_.pop_front();
   running_ = false;
   next_scan_ = Nanos::max();
+  pace_at_ = Nanos::max();
   in_flight_ = 0;
   if (op.done) op.done(op.id, status);
 }
@@ -803,6 +829,10 @@ void WorkerEngine::OnTimer(Nanos now, PacketSink& sink) {
     timed_out_ = waited >= config_.operation_timeout;
     Break(Status(StatusCode::kDeadlineExceeded, DescribeStall(now)));
     return;
+  }
+  if (now >= pace_at_) {  // the link has room for the next packets
+    pace_at_ = Nanos::max();
+    SendInOrder(now, sink);
   }
   if (now < next_scan_) return;
   ScanTimers(now, sink);
@@ -913,10 +943,19 @@ Nanos WorkerEngine::PathTimeout() const {
   // batches (a receive batch, an interrupt) overstate the first. Waits for
   // other ranks understate the second, so it counts down to an eighth of
   // the first only.
+  // Paced, the window is the whole pool and does not shrink with the rate:
+  // a smoothed round trip that slots waiting on other ranks' recovery
+  // lengthen would lengthen every probe's wait and so those recoveries, a
+  // loop (measured: 773 µs against a least round trip of 10 µs, 6.3x the
+  // loss-free time). The pacing path counts it at most kPacedRoundTrips
+  // least round trips.
+  Nanos round_trip = SmoothedRoundTrip();
+  if (config_.pacing_bits_per_second != 0) {
+    round_trip = std::min(round_trip, kPacedRoundTrips * sizer_.min_rtt());
+  }
   const double max_rate = sizer_.max_rate_per_second();
-  const double rate =
-      std::max(max_rate / 8,
-               std::min(max_rate, double(Window()) * 1e9 / double(SmoothedRoundTrip().count())));
+  const double rate = std::max(
+      max_rate / 8, std::min(max_rate, double(Window()) * 1e9 / double(round_trip.count())));
   const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
   return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
 }
@@ -941,7 +980,7 @@ Nanos WorkerEngine::NextDeadline() const {
   if (broken() || queue_.empty()) return Nanos::max();
   if (!running_) return Nanos(0);
   const Nanos failure = std::max(last_progress_ + config_.failure_timeout, QuietAt());
-  return std::min({next_scan_, failure, last_progress_ + config_.operation_timeout});
+  return std::min({next_scan_, pace_at_, failure, last_progress_ + config_.operation_timeout});
 }
 
 }  // namespace switchml

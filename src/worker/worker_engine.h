@@ -28,6 +28,12 @@
 // runs at the smallest window of its workers. A slot that a later packet's
 // result shows waiting on a loss recovery, or that was resent, leaves the
 // window (LeaveWindow()), as TCP counts a lost packet out of the pipe.
+// Where the worker's link rate is known (config.pacing_bits_per_second),
+// the engine paces instead: a packet goes once the link is nearly free of
+// the ones before it, and the pool bounds the packets in flight. Under loss
+// at scale most slots wait on some rank's recovery, which a measured window
+// counts as in flight (it then cannot grow), while a queue in front of the
+// resends, which pacing avoids, is what a window exists to prevent.
 //
 // Loss: the software switch NACKs the ranks missing from a slot that
 // stalls. A missing rank resends at once when the switch saw a newer packet
@@ -143,9 +149,30 @@ struct WorkerEngineConfig {
   // only slot 0's descriptor as values, and every other slot's packet is a
   // header that agrees its first exponent (docs/wire-format.md).
   bool switch_accepts_exponent_only = false;
+  // This worker's link rate (bits per second, of this engine's share), where
+  // it is known: the engine then paces its packets at it, each leaving once
+  // the link would have sent all but kPacingBurst of the packets before it,
+  // so that no queue builds up in front of its resends and probes; and the
+  // pool, not the measured window, bounds the packets in flight (a slot
+  // that waits on another rank's recovery holds no link time). 0: no
+  // pacing; the window (window_sizer.h) bounds them and keeps the queue
+  // short.
+  uint64_t pacing_bits_per_second = 0;
 
   Status Validate() const;
 };
+
+// With pacing: how many whole packets an engine may have on its link ahead
+// of the one it sends (packets that leave back to back keep the link busy
+// between the engine's wake-ups).
+inline constexpr uint32_t kPacingBurst = 2;
+// With pacing: the most least round trips that a probe's timeout counts as
+// the smoothed round trip (WorkerEngine::PathTimeout()). Measured over
+// seeds 1-3 at 64 and 256 workers (docs/performance.md): 4, 8 and 16 end
+// the loop that an uncapped one enters; 16 was the fastest.
+inline constexpr int64_t kPacedRoundTrips = 16;
+// The least pacing rate: 1 Mbit/s.
+inline constexpr uint64_t kMinPacingBitsPerSecond = 1'000'000;
 
 // kMinElementsPerPacket (limits.h): the descriptor round needs 24 words.
 static_assert(kMinElementsPerPacket >= 24);
@@ -319,7 +346,9 @@ class WorkerEngine {
   std::string DescribeStall(Nanos now) const;  // after switch_silent_ and timed_out_ are set
   uint32_t ChunkId(uint32_t round, uint16_t index) const;
   uint32_t RoundsOf(uint16_t index) const;
-  uint16_t Window() const;  // packets in flight allowed now: fixed or measured
+  uint16_t Window() const;  // packets in flight allowed now: fixed, the pool (pacing) or measured
+  // Pacing: a packet of `bytes` went on the link at `now`.
+  void Paced(size_t bytes, Nanos now);
 
   WorkerEngineConfig config_;
   std::vector<Slot> slots_;
@@ -353,6 +382,12 @@ class WorkerEngine {
   std::vector<RecheckEntry> recheck_;
   size_t recheck_head_ = 0;
   size_t recheck_size_ = 0;
+  // Pacing (config.pacing_bits_per_second): when the link has sent every
+  // packet so far, how early before that the next may go, and when
+  // SendInOrder() may send again (Nanos::max(): not waiting).
+  Nanos link_free_{0};
+  Nanos pacing_slack_{0};
+  Nanos pace_at_ = Nanos::max();
   Nanos rto_;           // current retransmission timeout
   Nanos srtt_{0};       // smoothed round trip; 0 before the first sample
   Nanos rttvar_{0};     // its mean deviation
