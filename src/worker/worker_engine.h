@@ -156,7 +156,10 @@ struct WorkerEngineConfig {
   // pool, not the measured window, bounds the packets in flight (a slot
   // that waits on another rank's recovery holds no link time). 0: no
   // pacing; the window (window_sizer.h) bounds them and keeps the queue
-  // short.
+  // short. Only the simulator sets it (switchml-sim --pacing): on a real
+  // path, which queues where the simulator models no queue, the pool in
+  // flight drew probe storms (docs/performance.md, "Pacing in the
+  // simulator").
   uint64_t pacing_bits_per_second = 0;
 
   Status Validate() const;
