@@ -151,9 +151,7 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       recheck_(config.switch_answers_probes ? 2 * size_t(config.pool_slots) : 0),
       rto_(config.retransmit_timeout) {
   if (config.pacing_bits_per_second != 0) {
-    pacing_slack_ = Nanos(int64_t(double(kPacingBurst) *
-                                  double(PacketBytes(config.elements_per_packet) + kFramingBytes) *
-                                  8e9 / double(config.pacing_bits_per_second)));
+    pacing_slack_ = kPacingBurst * WireTime(PacketBytes(config.elements_per_packet));
   }
 }
 
@@ -333,8 +331,12 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
 
 void WorkerEngine::Paced(size_t bytes, Nanos now) {
   if (config_.pacing_bits_per_second == 0) return;
+  link_free_ = std::max(link_free_, now) + WireTime(bytes);
+}
+
+Nanos WorkerEngine::WireTime(size_t bytes) const {
   const double seconds = double(bytes + kFramingBytes) * 8 / double(config_.pacing_bits_per_second);
-  link_free_ = std::max(link_free_, now) + Nanos(int64_t(seconds * 1e9));
+  return Nanos(int64_t(seconds * 1e9));
 }
 
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {

@@ -352,6 +352,8 @@ class WorkerEngine {
   uint16_t Window() const;  // packets in flight allowed now: fixed, the pool (pacing) or measured
   // Pacing: a packet of `bytes` went on the link at `now`.
   void Paced(size_t bytes, Nanos now);
+  // Pacing: how long a packet of `bytes` (and its framing) takes on the link.
+  Nanos WireTime(size_t bytes) const;
 
   WorkerEngineConfig config_;
   std::vector<Slot> slots_;
