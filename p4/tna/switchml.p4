@@ -4,12 +4,12 @@
 // register is touched at most once per pass, by one RegisterAction chosen
 // from what earlier stages decided. Headers, constants and parser states are
 // shared with the v1model program (p4/common/). With p4c's Tofino backend
-// it fits Tofino 2 at 32 elements per pass; p4/README.md, "Through the
-// Tofino compiler", has each build's resources, and the stages that the
-// builds that do not fit yet would need.
+// it fits Tofino 2 at 64 or 32 elements per pass and Tofino 1 at 16;
+// p4/README.md, "Through the Tofino compiler", has each build's resources
+// and where its stages go.
 //
 // Build (p4c's Tofino backend; tests/p4/tna_compile does the same):
-//   p4c-barefoot --target tofino2 --arch t2na -DSWITCHML_K=32 --no-clot \
+//   p4c-barefoot --target tofino2 --arch t2na --no-clot \
 //       -I p4/common -o build/switchml_tna p4/tna/switchml.p4
 //   bfas -o build/switchml_tna build/switchml_tna/pipe/switchml.bfa
 //
@@ -37,16 +37,21 @@
 
 #include "headers.p4"
 
+// The ranks a seen-bitmap holds (a job of at most 32 workers).
+#define SWITCHML_FOR_EACH_RANK(M) \
+    M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) \
+    M(16) M(17) M(18) M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) \
+    M(30) M(31)
+
 // Register entries: two versions of every slot, one bank per pass.
 #define POOL_ENTRIES (2 * SWITCHML_POOL_SLOTS * SWITCHML_PASSES)
 #define LAST_GROUP ((bit<8>)(SWITCHML_PASSES - 1))
-// Register indices: POOL_ENTRIES <= 2 * 512 slots * 8 passes.
+// Register indices: POOL_ENTRIES <= 2 * 512 slots * 16 passes.
 typedef bit<16> slot_index_t;
 
-// Accumulators two elements to a 64-bit register (Tofino 2, whose stateful
-// ALUs return both halves) where one per element cannot fit the stages:
-// 64 elements per pass. (p4c 34b86e9 does not place their inputs yet.)
-#if __TARGET_TOFINO__ >= 2 && SWITCHML_K >= 64
+// Accumulators two elements to a 64-bit register on Tofino 2, whose stateful
+// ALUs return both halves: a stage sums 8 elements (Tofino 1: 4).
+#if __TARGET_TOFINO__ >= 2
 #define SWITCHML_PAIRED_ACCUMULATORS 1
 #else
 #define SWITCHML_PAIRED_ACCUMULATORS 0
@@ -80,8 +85,17 @@ struct tna_headers_t {
 #define ACC_NONE 2w0
 #define ACC_WRITE 2w1   // first contribution: store
 #define ACC_ADD 2w2     // later contribution: add, return the sum
-#define ACC_READ 2w3    // retransmission to a complete slot: return the result
+#define ACC_READ 2w3    // retransmission or read-out pass: return the sums
 
+// The decode flags are set by tests side by side in the first stage: one
+// container each, as two tables cannot write one container in one stage.
+@pa_solitary("ingress", "md.bad_parse")
+@pa_solitary("ingress", "md.bad_version")
+@pa_solitary("ingress", "md.bad_type")
+@pa_solitary("ingress", "md.bad_flags")
+@pa_solitary("ingress", "md.not_contribution")
+@pa_solitary("ingress", "md.exponent_finite")
+@pa_solitary("ingress", "md.next_exponent_finite")
 struct metadata_t {
     bit<8> drop_reason;
     bit<1> for_switch;            // the aggregation endpoint's address and port
@@ -99,7 +113,7 @@ struct metadata_t {
     slot_index_t index;           // register index: the job's base for (version, bank) + slot
     bit<32> rank_bit;
     bit<32> seen_before;          // the slot's bitmap before this packet
-    bit<32> rank_seen;            // seen_before & rank_bit: a retransmission
+    bit<1> rank_seen;             // the rank's bit was set: a retransmission
     bit<32> stale;                // 1: the chunk is older than the slot's
     bit<16> remaining_before;
     bit<2> acc_op;
@@ -162,6 +176,8 @@ parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_
     }
     state parse_recirc {
         pkt.extract(hdr.recirc);
+        md.group = hdr.recirc.group;
+        md.result_group = hdr.recirc.result_group;
         transition select(hdr.recirc.phase) {
             RECIRC_READOUT: parse_readout;
             default: parse_ethernet;
@@ -169,6 +185,7 @@ parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_
     }
     // The sums already rebuilt stay payload, behind the bank this pass adds.
     state parse_readout {
+        md.readout = 1;
         pkt.extract(hdr.ethernet);
         pkt.extract(hdr.ipv4);
         pkt.extract(hdr.udp);
@@ -231,16 +248,48 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
     };
 #endif
 
-    // Tables of one action: a table keeps the midend from folding the AND
-    // into the gateways that read it (a gateway only compares).
-    action test_rank_seen() {
-        md.rank_seen = md.seen_before & md.rank_bit;
+    // What the packet does to its slot, from the slot state alone: a read-out
+    // pass or a retransmission (the rank's bit was set) reads, a stale chunk
+    // is dropped, the first contribution stores and the others add. A
+    // ternary table tests the rank's bit (one entry per rank: Tofino shifts
+    // and masks only by constants), so that the counter, the exponent and
+    // the accumulators all act one stage later, side by side.
+    action take(bit<2> acc_op) {
+        md.acc_op = acc_op;
     }
-    table rank_seen {
-        actions = { test_rank_seen; }
-        const default_action = test_rank_seen();
-        size = 1;
+    action retransmission() {
+        md.acc_op = ACC_READ;
+        md.rank_seen = 1;
+        hdr.data.setValid();
     }
+    action read_bank() {
+        md.acc_op = ACC_READ;
+        hdr.data.setValid();
+    }
+    action stale_chunk() {
+        md.drop_reason = DROP_STALE_CHUNK;
+    }
+#define RANK_SEEN_ENTRY(r) (0, 0, r, 32w1 << r &&& 32w1 << r): retransmission();
+    table slot_case {
+        key = {
+            md.readout: ternary;
+            md.stale[0:0]: ternary @name("stale");
+            hdr.switchml.rank[4:0]: ternary @name("rank");
+            md.seen_before: ternary;
+        }
+        actions = { take; retransmission; read_bank; stale_chunk; }
+        // Columns: readout, stale, rank, the slot's bitmap before.
+        const entries = {
+            (1, _, _, _): read_bank();
+            (0, 1, _, _): stale_chunk();
+            SWITCHML_FOR_EACH_RANK(RANK_SEEN_ENTRY)
+            (0, 0, _, 0): take(ACC_WRITE);
+            (0, 0, _, _): take(ACC_ADD);
+        }
+        const default_action = take(ACC_NONE);
+        size = 40;
+    }
+#undef RANK_SEEN_ENTRY
 
     // Contributions still missing; 0 = idle or complete.
     Register<bit<16>, slot_index_t>(POOL_ENTRIES) slot_remaining;
@@ -281,60 +330,94 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
         }
     };
 
-    // The accumulators: one RegisterAction each, chosen by nothing but
-    // acc_op (a store for the first contribution, else an addition; a read
-    // adds the zeros that read_result() put in the packet), so that each
-    // register is one table.
-    action read_result() {
-        hdr.data.setValid();
-#define ZERO(i) hdr.data.d##i = 0;
-        SWITCHML_FOR_EACH_ELEMENT(ZERO)
-#undef ZERO
+#define ACC_TABLE_OF(i)                                                            \
+    table accumulate_##i {                                                         \
+        key = { md.acc_op: exact; }                                                \
+        actions = { write_##i; add_##i; read_##i; NoAction; }                      \
+        const entries = {                                                          \
+            ACC_WRITE: write_##i();                                                \
+            ACC_ADD: add_##i();                                                    \
+            ACC_READ: read_##i();                                                  \
+        }                                                                          \
+        const default_action = NoAction();                                         \
+        size = 4;                                                                  \
     }
-    table zero_values {
-        actions = { read_result; }
-        const default_action = read_result();
-        size = 1;
-    }
+#define ACC_APPLY_TABLE(i) accumulate_##i.apply();
+    // The accumulators: three RegisterActions each (store, add, read), chosen
+    // by acc_op, so that a stateful ALU's input is the packet's values alone.
 #if SWITCHML_PAIRED_ACCUMULATORS
     // Two elements per 64-bit entry: a Tofino 2 stateful ALU returns both
     // halves, so a stage's four ALUs sum 8 elements.
-#define ACC(a, b)                                                                 \
-    Register<element_pair_t, slot_index_t>(POOL_ENTRIES) acc_##a;                 \
-    RegisterAction<element_pair_t, slot_index_t, bit<32>>(acc_##a) acc_update_##a = { \
+#define ACC(a, b)                                                                  \
+    Register<element_pair_t, slot_index_t>(POOL_ENTRIES) acc_##a;                  \
+    RegisterAction<element_pair_t, slot_index_t, bit<32>>(acc_##a) acc_write_##a = { \
         void apply(inout element_pair_t value, out bit<32> sum_a, out bit<32> sum_b) { \
-            if (md.acc_op == ACC_WRITE) {                                         \
-                value.lo = hdr.data.d##a;                                         \
-                value.hi = hdr.data.d##b;                                         \
-            } else {                                                              \
-                value.lo = value.lo + hdr.data.d##a;                              \
-                value.hi = value.hi + hdr.data.d##b;                              \
-            }                                                                     \
-            sum_a = value.lo;                                                     \
-            sum_b = value.hi;                                                     \
-        }                                                                         \
+            value.lo = hdr.data.d##a;                                              \
+            value.hi = hdr.data.d##b;                                              \
+            sum_a = value.lo;                                                      \
+            sum_b = value.hi;                                                      \
+        }                                                                          \
+    };                                                                             \
+    RegisterAction<element_pair_t, slot_index_t, bit<32>>(acc_##a) acc_add_##a = { \
+        void apply(inout element_pair_t value, out bit<32> sum_a, out bit<32> sum_b) { \
+            value.lo = value.lo + hdr.data.d##a;                                   \
+            value.hi = value.hi + hdr.data.d##b;                                   \
+            sum_a = value.lo;                                                      \
+            sum_b = value.hi;                                                      \
+        }                                                                          \
+    };                                                                             \
+    RegisterAction<element_pair_t, slot_index_t, bit<32>>(acc_##a) acc_read_##a = { \
+        void apply(inout element_pair_t value, out bit<32> sum_a, out bit<32> sum_b) { \
+            sum_a = value.lo;                                                      \
+            sum_b = value.hi;                                                      \
+        }                                                                          \
     };
     SWITCHML_FOR_EACH_PAIR(ACC)
 #undef ACC
-#define ACC_APPLY(a, b) hdr.data.d##a = acc_update_##a.execute(md.index, hdr.data.d##b);
+// One table per register: its action, chosen by acc_op, executes one of the
+// register's three RegisterActions.
+#define ACC_TABLE(a, b)                                                            \
+    action write_##a() { hdr.data.d##a = acc_write_##a.execute(md.index, hdr.data.d##b); } \
+    action add_##a() { hdr.data.d##a = acc_add_##a.execute(md.index, hdr.data.d##b); } \
+    action read_##a() { hdr.data.d##a = acc_read_##a.execute(md.index, hdr.data.d##b); } \
+    ACC_TABLE_OF(a)
+    SWITCHML_FOR_EACH_PAIR(ACC_TABLE)
+#define ACC_APPLY(a, b) ACC_APPLY_TABLE(a)
+#define ACC_FOR_EACH SWITCHML_FOR_EACH_PAIR
 #else
     // One element per register (Tofino 1 returns one word per access).
-#define ACC(i)                                                                    \
-    Register<bit<32>, slot_index_t>(POOL_ENTRIES) acc_##i;                        \
-    RegisterAction<bit<32>, slot_index_t, bit<32>>(acc_##i) acc_update_##i = {    \
-        void apply(inout bit<32> value, out bit<32> sum) {                        \
-            if (md.acc_op == ACC_WRITE) {                                         \
-                value = hdr.data.d##i;                                            \
-            } else {                                                              \
-                value = value + hdr.data.d##i;                                    \
-            }                                                                     \
-            sum = value;                                                          \
-        }                                                                         \
+#define ACC(i)                                                                     \
+    Register<bit<32>, slot_index_t>(POOL_ENTRIES) acc_##i;                         \
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(acc_##i) acc_write_##i = {      \
+        void apply(inout bit<32> value, out bit<32> sum) {                         \
+            value = hdr.data.d##i;                                                 \
+            sum = value;                                                           \
+        }                                                                          \
+    };                                                                             \
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(acc_##i) acc_add_##i = {        \
+        void apply(inout bit<32> value, out bit<32> sum) {                         \
+            value = value + hdr.data.d##i;                                         \
+            sum = value;                                                           \
+        }                                                                          \
+    };                                                                             \
+    RegisterAction<bit<32>, slot_index_t, bit<32>>(acc_##i) acc_read_##i = {       \
+        void apply(inout bit<32> value, out bit<32> sum) {                         \
+            sum = value;                                                           \
+        }                                                                          \
     };
     SWITCHML_FOR_EACH_ELEMENT(ACC)
 #undef ACC
-#define ACC_APPLY(i) hdr.data.d##i = acc_update_##i.execute(md.index);
+#define ACC_TABLE(i)                                                               \
+    action write_##i() { hdr.data.d##i = acc_write_##i.execute(md.index); }        \
+    action add_##i() { hdr.data.d##i = acc_add_##i.execute(md.index); }            \
+    action read_##i() { hdr.data.d##i = acc_read_##i.execute(md.index); }          \
+    ACC_TABLE_OF(i)
+    SWITCHML_FOR_EACH_ELEMENT(ACC_TABLE)
+#define ACC_APPLY(i) ACC_APPLY_TABLE(i)
+#define ACC_FOR_EACH SWITCHML_FOR_EACH_ELEMENT
 #endif
+#undef ACC_TABLE
+#undef ACC_TABLE_OF
 
     apply {
         if (md.readout == 0) {
@@ -350,45 +433,25 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
                 seen_start.execute(md.index);
             }
 #endif
-            rank_seen.apply();
-            if (md.stale == 0) {
-                if (md.rank_seen == 0) {
-                    md.remaining_before = count.execute(md.index);
-                } else {
-                    md.remaining_before = peek.execute(md.index);
-                }
-            }
         }
-        // The accumulators' action: read for a read-out pass or a
-        // retransmission to a complete slot, write for the first
-        // contribution, add for the others.
-        if (md.readout == 1) {
-            md.acc_op = ACC_READ;
-        } else if (md.stale == 1) {
-            md.drop_reason = DROP_STALE_CHUNK;
-        } else if (md.rank_seen != 0) {
-            if (md.remaining_before == 0) {
-                md.acc_op = ACC_READ;
+        slot_case.apply();
+        // The counter and the exponent (a read-out pass touches neither).
+        if (md.readout == 0) {
+            if (md.acc_op == ACC_READ) {
+                md.remaining_before = peek.execute(md.index);
                 hdr.switchml.next_exponent = exponent_read.execute(md.index);
+            } else if (md.acc_op == ACC_WRITE) {
+                md.remaining_before = count.execute(md.index);
+                hdr.switchml.next_exponent = exponent_first.execute(md.index);
+            } else if (md.acc_op == ACC_ADD) {
+                md.remaining_before = count.execute(md.index);
+                hdr.switchml.next_exponent = exponent_max.execute(md.index);
             }
-        } else if (md.remaining_before == 0) {
-            md.acc_op = ACC_WRITE;
-            hdr.switchml.next_exponent = exponent_first.execute(md.index);
-        } else {
-            md.acc_op = ACC_ADD;
-            hdr.switchml.next_exponent = exponent_max.execute(md.index);
         }
-        if (md.acc_op == ACC_READ) {
-            zero_values.apply();
-        }
-        if (md.acc_op != ACC_NONE) {
-#if SWITCHML_PAIRED_ACCUMULATORS
-            SWITCHML_FOR_EACH_PAIR(ACC_APPLY)
-#else
-            SWITCHML_FOR_EACH_ELEMENT(ACC_APPLY)
-#endif
-        }
+        ACC_FOR_EACH(ACC_APPLY)
 #undef ACC_APPLY
+#undef ACC_APPLY_TABLE
+#undef ACC_FOR_EACH
     }
 }
 
@@ -682,16 +745,43 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
 
     apply {
         // What the packet and the tables say: lookups and tests that depend
-        // on nothing else, so that they share the first stages.
+        // on nothing else, so that they share the first stage. (They only
+        // set metadata: for a packet not to the endpoint, nothing reads it.)
+        // The parser set the pass's bank and read-out flag.
         if (hdr.recirc.isValid()) {
-            md.group = hdr.recirc.group;
             md.sender_port = hdr.recirc.sender_port;
-            md.result_group = hdr.recirc.result_group;
         } else {
             md.sender_port = (bit<16>)ig_intr_md.ingress_port;
         }
-        if (hdr.recirc.isValid() && hdr.recirc.phase == RECIRC_READOUT) {
-            md.readout = 1;  // rebuild a result: bank `group` in front of the later banks
+        if (hdr.switchml.isValid()) {
+            switchml_jobs.apply();
+            switchml_senders.apply();
+            rank_bits.apply();
+            header_arithmetic.apply();
+        }
+        // The decode checks, one flag each: a gateway reads at most 4 bytes
+        // and 12 bits, and flags of their own keep the tests independent.
+        if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid()) {
+            md.bad_parse = 1;
+        }
+        if (hdr.switchml.magic != SWITCHML_MAGIC ||
+            hdr.switchml.wire_version != SWITCHML_WIRE_VERSION) {
+            md.bad_version = 1;
+        }
+        if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PROBE) {
+            md.bad_type = 1;
+        }
+        if ((hdr.switchml.flags & SWITCHML_FLAGS_RESERVED) != 0 || hdr.switchml.reserved != 0) {
+            md.bad_flags = 1;
+        }
+        if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
+            md.not_contribution = 1;
+        }
+        if (hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) {
+            md.exponent_finite = 1;
+        }
+        if (hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE) {
+            md.next_exponent_finite = 1;
         }
         if (hdr.udp.isValid() && (hdr.udp.dst_port & SWITCHML_UDP_PORT_MASK) ==
                                      SWITCHML_UDP_PORT_BASE) {
@@ -718,34 +808,6 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             return;
         }
 
-        switchml_jobs.apply();
-        switchml_senders.apply();
-        rank_bits.apply();
-        header_arithmetic.apply();
-        // The decode checks, one flag each: a gateway reads at most 4 bytes
-        // and 12 bits, and flags of their own keep the tests independent.
-        if (ig_prsr_md.parser_err != 0 || !hdr.switchml.isValid()) {
-            md.bad_parse = 1;
-        }
-        if (hdr.switchml.magic != SWITCHML_MAGIC ||
-            hdr.switchml.wire_version != SWITCHML_WIRE_VERSION) {
-            md.bad_version = 1;
-        }
-        if (hdr.switchml.msg_type == 0 || hdr.switchml.msg_type > SWITCHML_TYPE_PROBE) {
-            md.bad_type = 1;
-        }
-        if ((hdr.switchml.flags & SWITCHML_FLAGS_RESERVED) != 0 || hdr.switchml.reserved != 0) {
-            md.bad_flags = 1;
-        }
-        if (hdr.switchml.msg_type != SWITCHML_TYPE_CONTRIBUTION) {
-            md.not_contribution = 1;
-        }
-        if (hdr.switchml.exponent != SWITCHML_EXPONENT_NONFINITE) {
-            md.exponent_finite = 1;
-        }
-        if (hdr.switchml.next_exponent != SWITCHML_EXPONENT_NONFINITE) {
-            md.next_exponent_finite = 1;
-        }
         job_arithmetic.apply();
         switchml_checks.apply();
         // Later consume passes see the same headers (only payload words were
@@ -772,7 +834,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             // Bank `group` took its words: the rest goes round again.
             hdr.data.setInvalid();
             recirculate(RECIRC_CONSUME, md.group + 1, 0);
-        } else if (md.acc_op == ACC_NONE && md.rank_seen != 0) {
+        } else if (md.rank_seen == 1 && md.remaining_before != 0) {
             // Retransmission to an incomplete slot: tell who contributed.
             hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
             hdr.switchml.element_count = 1;
@@ -786,7 +848,7 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
             answer_from_endpoint();
             switchml_events.count(EVENT_PENDING_REPLIES);
-        } else if (md.acc_op == ACC_READ) {
+        } else if (md.rank_seen == 1) {
             // A worker lost the result: hdr.data holds the last bank's.
             switchml_events.count(EVENT_RESULTS_RESENT);
             if (LAST_GROUP == 0) {
