@@ -89,7 +89,8 @@
 #define EVENT_UPSTREAM_RESENT 6
 #define EVENT_UPSTREAM_RESULTS 7
 // NACKs sent: the software switch's for stalled slots, the v1model program's
-// for packets its rank's next chunk overtook (TNA sends none).
+// for packets its rank's next chunk overtook (TNA on Tofino 2 counts its own in
+// switchml_nacks_sent; Tofino 1 sends none).
 #define EVENT_NACKS_SENT 8
 #define SWITCHML_NUM_EVENTS 9
 

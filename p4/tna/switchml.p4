@@ -57,6 +57,14 @@ typedef bit<16> slot_index_t;
 #define SWITCHML_PAIRED_ACCUMULATORS 0
 #endif
 
+// NACKs of a packet its rank's next chunk overtook (p4/README.md, "Limits"):
+// Tofino 2 has the stages for them; Tofino 1 uses all 12 without them.
+#if __TARGET_TOFINO__ >= 2
+#define SWITCHML_TNA_NACKS 1
+#else
+#define SWITCHML_TNA_NACKS 0
+#endif
+
 // The recirculation port of the pipe that serves the workers (Tofino 1
 // pipe 0: 68; check the SDE's port map for others). Used only when
 // SWITCHML_PASS_BITS > 0.
@@ -79,6 +87,7 @@ header switchml_recirc_h {
 struct tna_headers_t {
     switchml_recirc_h recirc;
     SWITCHML_HEADER_FIELDS
+    switchml_nack_h nack;  // a NACK's two bitmaps (emitted, never parsed)
 }
 
 // What the slot-state stages decided; selects each register's action.
@@ -117,6 +126,20 @@ struct metadata_t {
     bit<32> stale;                // 1: the chunk is older than the slot's
     bit<16> remaining_before;
     bit<2> acc_op;
+    bit<32> seen_after;           // the slot's bitmap after a counted packet
+    slot_index_t segment_start;   // the job's first slot: register index of the copies
+    bit<16> next_slot;            // slot + 1
+    bit<16> next_vs_hi;           // 0: the slot is its thread's last
+    bit<16> before_slot;          // the slot before among the thread's slots
+    bit<32> before_chunk;         // chunk - 1
+    slot_index_t copy_index;      // the copies' index of this slot
+    slot_index_t copy_next_index; // ... and of the next slot among the thread's
+    bit<32> before_seen_0;        // the slot before's bitmap in version 0, 1
+    bit<32> before_seen_1;
+    bit<32> before_holds_0;       // 1: that version aggregates before_chunk
+    bit<32> before_holds_1;
+    bit<1> nack;                  // this rank's packet of before_chunk was lost
+    bit<8> nack_version;
     bit<8> group;                 // register bank of this pass (0 without recirculation)
     bit<16> sender_port;
     bit<1> bad_parse;             // decode checks, one flag per test
@@ -156,7 +179,8 @@ struct element_pair_t {
 // Ingress
 
 #define METADATA_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
-                       ACC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                       ACC_NONE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
+                       0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, \
                        0, 0, 0}
 
 parser SwitchmlIngressParser(packet_in pkt, out tna_headers_t hdr, out metadata_t md,
@@ -254,8 +278,13 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
     // ternary table tests the rank's bit (one entry per rank: Tofino shifts
     // and masks only by constants), so that the counter, the exponent and
     // the accumulators all act one stage later, side by side.
-    action take(bit<2> acc_op) {
-        md.acc_op = acc_op;
+    action first() {
+        md.acc_op = ACC_WRITE;
+        md.seen_after = md.rank_bit;
+    }
+    action later() {
+        md.acc_op = ACC_ADD;
+        md.seen_after = md.seen_before | md.rank_bit;
     }
     action retransmission() {
         md.acc_op = ACC_READ;
@@ -277,16 +306,16 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
             hdr.switchml.rank[4:0]: ternary @name("rank");
             md.seen_before: ternary;
         }
-        actions = { take; retransmission; read_bank; stale_chunk; }
+        actions = { first; later; retransmission; read_bank; stale_chunk; NoAction; }
         // Columns: readout, stale, rank, the slot's bitmap before.
         const entries = {
             (1, _, _, _): read_bank();
             (0, 1, _, _): stale_chunk();
             SWITCHML_FOR_EACH_RANK(RANK_SEEN_ENTRY)
-            (0, 0, _, 0): take(ACC_WRITE);
-            (0, 0, _, _): take(ACC_ADD);
+            (0, 0, _, 0): first();
+            (0, 0, _, _): later();
         }
-        const default_action = take(ACC_NONE);
+        const default_action = NoAction();
         size = 40;
     }
 #undef RANK_SEEN_ENTRY
@@ -343,6 +372,66 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
         size = 4;                                                                  \
     }
 #define ACC_APPLY_TABLE(i) accumulate_##i.apply();
+#if SWITCHML_TNA_NACKS
+    // NACKs: a counted packet of chunk c whose rank's packet of c - 1 was lost
+    // (the slot before, among its thread's slots, still aggregates c - 1
+    // without the rank) turns into a NACK of that packet, as the v1model
+    // program's does. The slot before's state is another register entry, so
+    // each counted packet leaves a copy of its slot's (chunk, bitmap) for the
+    // next slot's packets: one in an even slot writes copies_a (of its
+    // version) at the next slot and reads copies_b (both versions) at its
+    // own; one in an odd slot the other way round. Each array is touched once
+    // per packet; a thread's slots must start at an even slot and be even in
+    // number, so that its last slot (odd) hands over to its first (even).
+#define COPIES(name)                                                               \
+    Register<chunk_seen_t, slot_index_t>(SWITCHML_POOL_SLOTS) name;                \
+    RegisterAction<chunk_seen_t, slot_index_t, bit<32>>(name) leave_##name = {     \
+        void apply(inout chunk_seen_t value) {                                     \
+            value.chunk = hdr.switchml.chunk;                                      \
+            value.seen = md.seen_after;                                            \
+        }                                                                          \
+    };                                                                             \
+    RegisterAction<chunk_seen_t, slot_index_t, bit<32>>(name) before_##name = {    \
+        void apply(inout chunk_seen_t value, out bit<32> seen, out bit<32> holds) { \
+            if (hdr.switchml.chunk - value.chunk == 1 && value.seen != 0) {        \
+                seen = value.seen;                                                 \
+                holds = 1;                                                         \
+            }                                                                      \
+        }                                                                          \
+    };
+    COPIES(copies_a0)
+    COPIES(copies_a1)
+    COPIES(copies_b0)
+    COPIES(copies_b1)
+#undef COPIES
+
+    action nack_lost(bit<8> version) {
+        md.nack = 1;
+        md.nack_version = version;
+    }
+    // The slot before aggregates the chunk before in either version, and
+    // the rank's bit is clear in its bitmap.
+#define NACK_ENTRIES(r)                                                            \
+    (r, 1, 32w0 &&& 32w1 << r, _, _): nack_lost(0);                                \
+    (r, _, _, 1, 32w0 &&& 32w1 << r): nack_lost(1);
+    table nack_case {
+        key = {
+            hdr.switchml.rank[4:0]: ternary @name("rank");
+            md.before_holds_0[0:0]: ternary @name("holds_0");
+            md.before_seen_0: ternary;
+            md.before_holds_1[0:0]: ternary @name("holds_1");
+            md.before_seen_1: ternary;
+        }
+        actions = { nack_lost; NoAction; }
+        const entries = {
+            SWITCHML_FOR_EACH_RANK(NACK_ENTRIES)
+        }
+        const default_action = NoAction();
+        size = 64;
+    }
+#undef NACK_ENTRIES
+#endif
+
     // The accumulators: three RegisterActions each (store, add, read), chosen
     // by acc_op, so that a stateful ALU's input is the packet's values alone.
 #if SWITCHML_PAIRED_ACCUMULATORS
@@ -449,6 +538,31 @@ control SwitchmlSlots(inout tna_headers_t hdr, inout metadata_t md) {
             }
         }
         ACC_FOR_EACH(ACC_APPLY)
+#if SWITCHML_TNA_NACKS
+        // A counted packet, on its last pass: leave its slot's state for the
+        // next slot, read the slot before's.
+        if (md.readout == 0 && md.group == LAST_GROUP &&
+            (md.acc_op == ACC_WRITE || md.acc_op == ACC_ADD)) {
+            if (hdr.switchml.slot[0:0] == 0) {
+                md.before_seen_0 = before_copies_b0.execute(md.copy_index, md.before_holds_0);
+                md.before_seen_1 = before_copies_b1.execute(md.copy_index, md.before_holds_1);
+                if (hdr.switchml.flags[0:0] == 0) {
+                    leave_copies_a0.execute(md.copy_next_index);
+                } else {
+                    leave_copies_a1.execute(md.copy_next_index);
+                }
+            } else {
+                md.before_seen_0 = before_copies_a0.execute(md.copy_index, md.before_holds_0);
+                md.before_seen_1 = before_copies_a1.execute(md.copy_index, md.before_holds_1);
+                if (hdr.switchml.flags[0:0] == 0) {
+                    leave_copies_b0.execute(md.copy_next_index);
+                } else {
+                    leave_copies_b1.execute(md.copy_next_index);
+                }
+            }
+            nack_case.apply();
+        }
+#endif
 #undef ACC_APPLY
 #undef ACC_APPLY_TABLE
 #undef ACC_FOR_EACH
@@ -465,6 +579,11 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
     // packet counts one event (contributions = CONTRIBUTIONS + SLOTS_COMPLETED).
     Counter<bit<64>, bit<32>>(1, CounterType_t.PACKETS) switchml_packets;
     Counter<bit<64>, bit<32>>(SWITCHML_NUM_EVENTS, CounterType_t.PACKETS) switchml_events;
+#if SWITCHML_TNA_NACKS
+    // NACKs sent (the software switch's nacks_sent event): a NACK is also a
+    // contribution's event, so it has a counter of its own.
+    Counter<bit<64>, bit<32>>(1, CounterType_t.PACKETS) switchml_nacks_sent;
+#endif
     SwitchmlSlots() slots;
 
     action drop() {
@@ -482,8 +601,10 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         size = 16;
     }
 
-    action set_job(bit<16> world_size, slot_index_t pool_base, bit<16> pool_slots) {
+    action set_job(bit<16> world_size, slot_index_t pool_base, bit<16> pool_slots,
+                   slot_index_t segment_start) {
         md.job_known = 1;
+        md.segment_start = segment_start;
         md.world_size = world_size;
         md.pool_base = pool_base;
         md.pool_slots = pool_slots;
@@ -636,6 +757,10 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         md.count_excess = SWITCHML_MAX_ELEMENTS - hdr.switchml.element_count;
         md.exponent_biased = hdr.switchml.exponent + 126;
         md.next_exponent_biased = hdr.switchml.next_exponent + 126;
+#if SWITCHML_TNA_NACKS
+        md.next_slot = hdr.switchml.slot + 1;
+        md.before_chunk = hdr.switchml.chunk + 0xFFFFFFFF;
+#endif
     }
     table header_arithmetic {
         key = { hdr.switchml.flags[1:1]: exact @name("authenticated"); }
@@ -657,7 +782,27 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         md.slot_vs_lo = hdr.switchml.slot - md.slot_lo;
         md.slot_vs_hi = hdr.switchml.slot - md.slot_hi;
         md.index = md.pool_base + (slot_index_t)hdr.switchml.slot;
+#if SWITCHML_TNA_NACKS
+        md.next_vs_hi = md.next_slot - md.slot_hi;
+        md.copy_index = md.segment_start + (slot_index_t)hdr.switchml.slot;
+#endif
     }
+#if SWITCHML_TNA_NACKS
+    // The slot after and the slot before among the sender's thread's slots
+    // (wrapping), for the NACKs' copies.
+    action next_is_first() {
+        md.copy_next_index = md.segment_start + (slot_index_t)md.slot_lo;
+    }
+    action next_follows() {
+        md.copy_next_index = md.copy_index + 1;
+    }
+    action before_is_last() {
+        md.before_slot = md.slot_hi + 0xFFFF;
+    }
+    action before_precedes() {
+        md.before_slot = hdr.switchml.slot + 0xFFFF;
+    }
+#endif
     table job_arithmetic {
         actions = { job_differences; }
         const default_action = job_differences();
@@ -809,6 +954,18 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         }
 
         job_arithmetic.apply();
+#if SWITCHML_TNA_NACKS
+        if (md.next_vs_hi == 0) {
+            next_is_first();
+        } else {
+            next_follows();
+        }
+        if (md.slot_vs_lo == 0) {
+            before_is_last();
+        } else {
+            before_precedes();
+        }
+#endif
         switchml_checks.apply();
         // Later consume passes see the same headers (only payload words were
         // dropped) and repeat the checks; the packet counts once.
@@ -867,7 +1024,33 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             }
         } else {
             switchml_events.count(EVENT_CONTRIBUTIONS);
+#if SWITCHML_TNA_NACKS
+            if (md.nack == 1) {
+                // Absorbed, and its rank's packet of the chunk before was
+                // lost: back to the sender as the NACK of that packet.
+                hdr.switchml.msg_type = SWITCHML_TYPE_NACK;
+                hdr.switchml.chunk = md.before_chunk;
+                hdr.switchml.rank = SWITCHML_ALL_RANKS;
+                hdr.switchml.slot = md.before_slot;
+                hdr.switchml.element_count = 2;
+                hdr.switchml.flags = md.nack_version;
+                hdr.switchml.exponent = 0;
+                hdr.switchml.next_exponent = 0;
+                hdr.data.setInvalid();
+                hdr.nack.setValid();
+                hdr.nack.lost = md.rank_bit;
+                hdr.nack.missing = 0;
+                hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 8;
+                hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 8;
+                ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
+                answer_from_endpoint();
+                switchml_nacks_sent.count(0);
+            } else {
+                drop();  // absorbed
+            }
+#else
             drop();  // absorbed
+#endif
         }
     }
 }
