@@ -719,6 +719,20 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
         hdr.ethernet.src_addr = md.switch_mac;
         hdr.recirc.setInvalid();
     }
+    // A header-only report back to the sender (a pending reply or a NACK):
+    // `words` bitmap words replace the values.
+    action report_to_sender(bit<8> msg_type, bit<16> words, bit<16> udp_length,
+                            bit<16> ip_length) {
+        hdr.switchml.msg_type = msg_type;
+        hdr.switchml.element_count = words;
+        hdr.switchml.exponent = 0;
+        hdr.switchml.next_exponent = 0;
+        hdr.data.setInvalid();
+        hdr.udp.length = udp_length;
+        hdr.ipv4.total_len = ip_length;
+        ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
+        answer_from_endpoint();
+    }
     // The next pass of a multi-pass packet: through the recirculation port.
     action recirculate(bit<8> phase, bit<8> group, bit<8> to_all) {
         hdr.recirc.setValid();
@@ -993,17 +1007,10 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             recirculate(RECIRC_CONSUME, md.group + 1, 0);
         } else if (md.rank_seen == 1 && md.remaining_before != 0) {
             // Retransmission to an incomplete slot: tell who contributed.
-            hdr.switchml.msg_type = SWITCHML_TYPE_PENDING;
-            hdr.switchml.element_count = 1;
-            hdr.switchml.exponent = 0;
-            hdr.switchml.next_exponent = 0;
-            hdr.data.setInvalid();
+            report_to_sender(SWITCHML_TYPE_PENDING, 1, 8 + SWITCHML_HEADER_BYTES + 4,
+                             20 + 8 + SWITCHML_HEADER_BYTES + 4);
             hdr.pending.setValid();
             hdr.pending.bitmap = md.seen_before;
-            hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 4;
-            hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 4;
-            ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
-            answer_from_endpoint();
             switchml_events.count(EVENT_PENDING_REPLIES);
         } else if (md.rank_seen == 1) {
             // A worker lost the result: hdr.data holds the last bank's.
@@ -1028,22 +1035,15 @@ control SwitchmlIngress(inout tna_headers_t hdr, inout metadata_t md,
             if (md.nack == 1) {
                 // Absorbed, and its rank's packet of the chunk before was
                 // lost: back to the sender as the NACK of that packet.
-                hdr.switchml.msg_type = SWITCHML_TYPE_NACK;
+                report_to_sender(SWITCHML_TYPE_NACK, 2, 8 + SWITCHML_HEADER_BYTES + 8,
+                                 20 + 8 + SWITCHML_HEADER_BYTES + 8);
                 hdr.switchml.chunk = md.before_chunk;
                 hdr.switchml.rank = SWITCHML_ALL_RANKS;
                 hdr.switchml.slot = md.before_slot;
-                hdr.switchml.element_count = 2;
                 hdr.switchml.flags = md.nack_version;
-                hdr.switchml.exponent = 0;
-                hdr.switchml.next_exponent = 0;
-                hdr.data.setInvalid();
                 hdr.nack.setValid();
                 hdr.nack.lost = md.rank_bit;
                 hdr.nack.missing = 0;
-                hdr.udp.length = 8 + SWITCHML_HEADER_BYTES + 8;
-                hdr.ipv4.total_len = 20 + 8 + SWITCHML_HEADER_BYTES + 8;
-                ig_tm_md.ucast_egress_port = (PortId_t)md.sender_port;
-                answer_from_endpoint();
                 switchml_nacks_sent.count(0);
             } else {
                 drop();  // absorbed
