@@ -170,6 +170,7 @@ struct Counts {
   uint64_t nacks_sent = 0;
   uint64_t sent = 0, retransmissions = 0, nack_resends = 0, probes = 0;
   uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0, redundant_headers = 0;
+  uint64_t results_named_lost = 0;
 
   static Counts Of(switchml::SimCluster& c, int workers) {
     Counts t;
@@ -185,6 +186,7 @@ struct Counts {
       t.nacks_ignored += e.nacks_ignored;
       t.timeout_backoffs += e.timeout_backoffs;
       t.redundant_headers += e.redundant_headers;
+      t.results_named_lost += e.results_named_lost;
     }
     return t;
   }
@@ -203,6 +205,7 @@ struct Counts {
     d.nacks_ignored -= b.nacks_ignored;
     d.timeout_backoffs -= b.timeout_backoffs;
     d.redundant_headers -= b.redundant_headers;
+    d.results_named_lost -= b.results_named_lost;
     return d;
   }
 };
@@ -252,6 +255,7 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"switch_drops", c.data_plane().counters().TotalDrops()},
         {"nacks_received", t.nacks_received},
         {"nacks_ignored", t.nacks_ignored},
+        {"results_named_lost", t.results_named_lost},
         {"timeout_backoffs", t.timeout_backoffs},
         {"redundant_headers", t.redundant_headers},
         {"max_abs_error", o.worst.max_abs_error},

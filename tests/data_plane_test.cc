@@ -323,6 +323,65 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   EXPECT_EQ(dp_->counters().header_copies, 3u);
 }
 
+// Each result names the one the job's rank thread got before it (slot and
+// version in the rank field and flags, docs/wire-format.md "The previous
+// result"), so a worker that still waits for that one lost it; a resent
+// result names the same one.
+TEST_F(DataPlaneTest, EachResultNamesThePreviousOne) {
+  Register(1, 2);
+  Send(1, 0, 3, 1, 3, {1, 1, 1, 1});
+  Send(1, 0, 2, 0, 2, {1, 1, 1, 1});
+  ASSERT_EQ(Keep(Send(1, 1, 2, 0, 2, {1, 1, 1, 1})).action, Action::kSendToAll);
+  EXPECT_FALSE(OutHeader().names_previous);
+  EXPECT_EQ(OutHeader().rank, kAllRanks);
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  const Verdict second = Keep(Send(1, 1, 1, 0, 1, {1, 1, 1, 1}));
+  ASSERT_EQ(second.action, Action::kSendToAll);
+  EXPECT_TRUE(OutHeader().names_previous);
+  EXPECT_EQ(OutHeader().rank, 2u);             // slot 2,
+  EXPECT_EQ(OutHeader().previous_version, 0);  // version 0
+  EXPECT_EQ(OutHeader().slot, 1u);
+  // Rank 0 lost slot 1's result and asks again: the same name.
+  std::vector<uint8_t> resend = Packet(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  resend[kFlagsOffset] |= kFlagResend;
+  ASSERT_EQ(Keep(dp_->Process(resend, out_)).action, Action::kReplyToSender);
+  EXPECT_TRUE(OutHeader().names_previous);
+  EXPECT_EQ(OutHeader().rank, 2u);
+  EXPECT_EQ(OutHeader().previous_version, 0);
+  // Slot 3's result names slot 1's, whatever came between.
+  const Verdict last = Keep(Send(1, 1, 3, 1, 3, {1, 1, 1, 1}));
+  ASSERT_EQ(last.action, Action::kSendToAll);
+  EXPECT_EQ(last.copies, 1);
+  EXPECT_EQ(OutHeader().rank, 1u);
+  EXPECT_EQ(OutHeader().previous_version, 0);
+  EXPECT_EQ(OutHeader().version, 1);
+  // Version 1 is named as such.
+  Send(1, 0, 0, 0, 4, {1, 1, 1, 1});
+  ASSERT_EQ(Keep(Send(1, 1, 0, 0, 4, {1, 1, 1, 1})).action, Action::kSendToAll);
+  EXPECT_EQ(OutHeader().rank, 3u);
+  EXPECT_EQ(OutHeader().previous_version, 1);
+  // Registering the job again forgets them.
+  ASSERT_TRUE(dp_->UnregisterJob(JobId(1)).ok());
+  Register(1, 2);
+  Send(1, 0, 0, 0, 0, {1, 1, 1, 1});
+  ASSERT_EQ(Keep(Send(1, 1, 0, 0, 0, {1, 1, 1, 1})).action, Action::kSendToAll);
+  EXPECT_FALSE(OutHeader().names_previous);
+}
+
+// Threads of a rank keep no order among each other, so each thread's results
+// name that thread's previous result only.
+TEST_F(DataPlaneTest, AResultNamesItsOwnThreadsPreviousOne) {
+  JobRegistration reg{JobId(1), 2, kK, 0, 4};
+  reg.threads = 2;  // thread 0: slots 0-1, thread 1: slots 2-3
+  ASSERT_TRUE(dp_->RegisterJob(reg).ok());
+  for (uint16_t slot : {0, 2, 1}) {
+    Send(1, 0, slot, 0, slot, {1, 1, 1, 1});
+    ASSERT_EQ(Keep(Send(1, 1, slot, 0, slot, {1, 1, 1, 1})).action, Action::kSendToAll);
+  }
+  EXPECT_TRUE(OutHeader().names_previous);
+  EXPECT_EQ(OutHeader().rank, 0u);  // slot 1 names slot 0, not slot 2
+}
+
 // An exponent-only contribution (no values, docs/wire-format.md) counts in
 // like any other: its result is a header with the maximum next exponent.
 // One aggregation takes whole packets or exponent-only ones, never both.

@@ -52,7 +52,8 @@ std::vector<std::vector<int32_t>> Inputs(uint16_t world, size_t count) {
 
 struct Counts {
   uint64_t engine_retransmissions = 0;
-  uint64_t redundant_headers = 0;  // second copies of exponent-only packets
+  uint64_t redundant_headers = 0;   // second copies of exponent-only packets
+  uint64_t results_named_lost = 0;  // a later result named one still awaited
   SimNetworkCounters net;
 };
 
@@ -61,6 +62,7 @@ Counts Snapshot(SimCluster& c, uint16_t world) {
   for (uint16_t r = 0; r < world; ++r) {
     counts.engine_retransmissions += c.worker(r).counters().retransmissions;
     counts.redundant_headers += c.worker(r).counters().redundant_headers;
+    counts.results_named_lost += c.worker(r).counters().results_named_lost;
   }
   counts.net = c.network().counters();
   return counts;
@@ -161,6 +163,8 @@ TEST_P(LossFree, NothingIsResent) {
   EXPECT_EQ(counts.net.retransmissions, 0u);
   EXPECT_EQ(counts.net.spurious_retransmissions, 0u);
   EXPECT_EQ(counts.redundant_headers, 0u);  // no loss, no copies
+  // Every result came, so none that a later one named was still awaited.
+  EXPECT_EQ(counts.results_named_lost, 0u);
   if (pacing) {
     for (uint16_t r = 0; r < world; ++r) {
       EXPECT_EQ(c.value()->worker(r).counters().probes_sent, 0u) << "rank " << r;
@@ -293,6 +297,13 @@ TEST_P(UnderLoss, NoResendIsSpurious) {
   EXPECT_EQ(counts.net.spurious_retransmissions, 0u);
   EXPECT_EQ(counts.net.retransmissions, counts.engine_retransmissions);
   EXPECT_LE(counts.net.retransmissions, counts.net.lost);
+  // Lost results were found by the next result, which names the one before
+  // it (docs/wire-format.md, "The previous result"); only lost packets can
+  // be named so.
+  if (loss >= 0.01) {
+    EXPECT_GT(counts.results_named_lost, 0u);
+  }
+  EXPECT_LE(counts.results_named_lost, counts.net.lost);
 }
 
 INSTANTIATE_TEST_SUITE_P(

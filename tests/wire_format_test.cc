@@ -105,7 +105,8 @@ TEST(WireFormat, RejectsTooManyElements) {
 TEST(WireFormat, RejectsReservedFlagsAndByte) {
   PacketView v;
   std::vector<uint8_t> b = Encode(SampleHeader(1));
-  for (uint8_t bit = 0x08; bit != 0; bit = uint8_t(bit << 1)) {
+  // (Bits 3 and 4 of a result: AResultMayNameThePreviousOne.)
+  for (uint8_t bit = 0x20; bit != 0; bit = uint8_t(bit << 1)) {
     b[18] |= bit;
     EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(bit);
     b[18] &= uint8_t(~bit);
@@ -130,6 +131,37 @@ TEST(WireFormat, TheResendFlagRoundTrips) {
   b = Encode(h);
   ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
   EXPECT_FALSE(v.header.resend);
+}
+
+// Bits 3 and 4: a result names the previous one (its slot in the rank
+// field); no other type does, and bit 4 goes only with bit 3.
+TEST(WireFormat, AResultMayNameThePreviousOne) {
+  PacketHeader h = SampleHeader(1);
+  h.type = MessageType::kResult;
+  h.names_previous = true;
+  h.previous_version = 1;
+  h.rank = 17;
+  std::vector<uint8_t> b = Encode(h);
+  EXPECT_EQ(b[18], kFlagVersionBit | kFlagNamesPrevious | kFlagPreviousVersion);
+  PacketView v;
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_TRUE(v.header.names_previous);
+  EXPECT_EQ(v.header.previous_version, 1);
+  EXPECT_EQ(v.header.rank, 17);
+  h.previous_version = 0;
+  b = Encode(h);
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_EQ(v.header.previous_version, 0);
+  b[18] = kFlagPreviousVersion;  // a version without a name
+  EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags);
+  for (MessageType type : {MessageType::kContribution, MessageType::kPending, MessageType::kNack,
+                           MessageType::kProbe}) {
+    h.type = type;
+    h.names_previous = false;
+    b = Encode(h);
+    b[18] |= kFlagNamesPrevious;
+    EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(type);
+  }
 }
 
 TEST(WireFormat, AcceptsLargestPacket) {

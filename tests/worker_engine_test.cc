@@ -615,16 +615,20 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
     ASSERT_EQ(v.action, Action::kSendToAll);
     results.emplace_back(out.begin(), out.begin() + long(v.out_bytes));
   }
-  // The results of slots 0 and 1 are lost; slot 2's comes.
+  // The results of slots 0 and 1 are lost; slot 2's comes, naming slot 1's
+  // as the one before it (docs/wire-format.md, "The previous result").
   const Nanos at = std::chrono::microseconds(10);
+  EXPECT_TRUE(HeaderOf(results[2]).names_previous);
   e.OnPacket(results[2], at, sink);
-  // Two probes; the next round waits for slot 0 (packets go in chunk order).
+  // Two probes, first for the result named lost; the next round waits for
+  // slot 0 (packets go in chunk order).
   ASSERT_EQ(sink.sent.size(), 6u);
   EXPECT_EQ(HeaderOf(sink.sent[4]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(sink.sent[4]).slot, 0);
+  EXPECT_EQ(HeaderOf(sink.sent[4]).slot, 1);
   EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, 1);
+  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, 0);
   EXPECT_EQ(e.counters().probes_sent, 2u);
+  EXPECT_EQ(e.counters().results_named_lost, 1u);
   // Slot 3's result comes too: nothing more to probe.
   e.OnPacket(results[3], at, sink);
   EXPECT_EQ(e.counters().probes_sent, 2u);
@@ -634,6 +638,22 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
     ASSERT_EQ(v.action, Action::kReplyToSender);
     e.OnPacket(std::span(out.data(), v.out_bytes), at, sink);
   }
+  // Slot 1's result, resent, named slot 0's, which was lost too, and asked
+  // for it again (the earlier probe may have reached the switch before the
+  // slot completed). Slot 3's named slot 2's, which this rank has; and
+  // naming a slot in the version it does not wait in (slot 2 waits in
+  // version 1 now) asks for nothing either.
+  EXPECT_EQ(e.counters().results_named_lost, 2u);
+  ASSERT_EQ(e.counters().probes_sent, 3u);
+  EXPECT_EQ(HeaderOf(sink.sent[6]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(sink.sent[6]).slot, 0);
+  PacketHeader named = HeaderOf(results[3]);
+  ASSERT_TRUE(named.names_previous);
+  ASSERT_EQ(named.rank, 2);
+  ASSERT_EQ(named.previous_version, 0);
+  e.OnPacket(results[3], at, sink);
+  EXPECT_EQ(e.counters().probes_sent, 3u);
+  EXPECT_EQ(e.counters().results_named_lost, 2u);
   // The rest without loss.
   for (size_t d = 6; d < sink.sent.size(); ++d) {
     const Verdict v = sw->Process(sink.sent[d], out);

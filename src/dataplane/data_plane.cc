@@ -123,6 +123,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   first_at_.assign(slots, Nanos(0));
   late_since_.assign(slots, Nanos::max());
   result_at_.assign(slots, Nanos(0));
+  previous_.assign(slots, kNoSlot);
   nack_tries_.assign(slots, 0);
   nacked_.assign(slots, 0);
   copied_.assign(slots, 0);
@@ -308,6 +309,7 @@ void DataPlane::ResetSegment(uint32_t base, uint32_t count) {
     std::fill_n(remaining_.begin() + first, count, 0);
     std::fill_n(used_.begin() + first, count, 0);
     std::fill_n(chunk_.begin() + first, count, 0);
+    std::fill_n(previous_.begin() + first, count, kNoSlot);
     for (size_t i = first; i < first + count; ++i) {
       awaiting_ -= awaits_upstream_[i];
       awaits_upstream_[i] = 0;
@@ -391,6 +393,7 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.min_gap = Nanos::max();
   entry.min_turnaround = Nanos::max();
   entry.reorder_window = Nanos(0);
+  entry.last_result.assign(job.threads, kNoSlot);
   const size_t senders = size_t(job.world_size) * job.threads;
   entry.newest_chunk.assign(senders, 0);
   entry.sent_any.assign(senders, 0);
@@ -488,11 +491,17 @@ PacketHeader DataPlane::SlotHeader(const JobEntry& job, size_t slot, MessageType
 }
 
 size_t DataPlane::WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
-                              uint16_t job_slot, std::span<uint8_t> out, int words) const {
+                              uint16_t job_slot, std::span<uint8_t> out, bool to_workers,
+                              int words) const {
   const auto k = uint16_t(words < 0 ? words_[slot] : words);
   PacketHeader h = SlotHeader(job, slot, MessageType::kResult, rank, version, job_slot, k);
   h.exponent = exponent_[slot];
   h.next_exponent = max_next_exponent_[slot];
+  if (to_workers && previous_[slot] != kNoSlot && config_.name_previous_results) {
+    h.names_previous = true;
+    h.previous_version = uint8_t(previous_[slot] / config_.pool_slots);
+    h.rank = uint16_t(previous_[slot] % config_.pool_slots - job.reg.pool_base);
+  }
   EncodeHeader(h, out);
   const uint32_t* acc = &acc_[slot * config_.max_elements_per_packet];
   uint8_t* dst = out.data() + kHeaderBytes;
@@ -527,7 +536,7 @@ Verdict DataPlane::WriteUpstream(JobEntry& job, size_t slot, uint8_t version, ui
   // re-quantized, and the workers' scale already counts every rank of the job.
   // Always whole packets (zeros for exponent-only ones): what any upstream
   // switch takes.
-  const size_t bytes = WriteResult(job, slot, job.reg.upstream->rank, version, job_slot, out,
+  const size_t bytes = WriteResult(job, slot, job.reg.upstream->rank, version, job_slot, out, false,
                                    job.reg.elements_per_packet);
   PacketHeader h;
   h.type = MessageType::kContribution;
@@ -566,7 +575,9 @@ Verdict DataPlane::ProcessFromUpstream(JobEntry& job, const PacketView& packet,
     ++job.counters.upstream_resent;
     return WriteUpstream(job, slot, h.version, h.slot, out);
   }
-  if (h.rank != kAllRanks && h.rank != reg.upstream->rank) {
+  // (A result that names a previous one holds its slot in the rank field;
+  // this switch's own results name its own previous ones.)
+  if (!h.names_previous && h.rank != kAllRanks && h.rank != reg.upstream->rank) {
     return Drop(&job, DropReason::kRankOutOfRange);
   }
   if (h.slot >= reg.pool_slots) return Drop(&job, DropReason::kSlotOutOfRange);
@@ -742,7 +753,7 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
   const size_t other = OtherVersionOf(slot);
   if (remaining_[other] != 0) nacked_[other] = 1;
   return Verdict{Action::kReplyToSender, DropReason::kNone, h.rank, job.reg.world_size,
-                 WriteResult(job, slot, h.rank, h.version, h.slot, out)};
+                 WriteResult(job, slot, h.rank, h.version, h.slot, out, true)};
 }
 
 // A second copy of a counted exponent-only contribution, sent with the first
@@ -885,8 +896,13 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
 Verdict DataPlane::ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const PacketHeader& h,
                                std::span<uint8_t> out) {
   result_at_[slot] = now_;
+  // Each result names the one its rank thread got before (the link keeps
+  // their order), so a worker learns of a lost result from the next one.
+  uint32_t& last = job.last_result[job.ThreadOfSlot(h.slot)];
+  previous_[slot] = last;
+  last = uint32_t(slot);
   Verdict v{Action::kSendToAll, DropReason::kNone, rank, job.reg.world_size,
-            WriteResult(job, slot, kAllRanks, h.version, h.slot, out)};
+            WriteResult(job, slot, kAllRanks, h.version, h.slot, out, true)};
   v.copies = copied_[slot] != 0 ? 2 : 1;
   return v;
 }

@@ -261,6 +261,9 @@ class DataPlane {
     // window, RFC 8985). 0 until a packet is overtaken.
     Nanos min_turnaround = Nanos::max();
     Nanos reorder_window{0};
+    // Per rank thread: the slot (SlotIndexOf) of the last result sent to
+    // every rank, which the next one names (kNoSlot: none yet).
+    std::vector<uint32_t> last_result;
     // The rank's thread that owns job slot `slot`.
     uint32_t ThreadOfSlot(uint16_t slot) const {
       return reg.threads == 1 ? 0 : ThreadOf(slot, reg.pool_slots, reg.threads);
@@ -348,8 +351,11 @@ class DataPlane {
   PacketHeader SlotHeader(const JobEntry& job, size_t slot, MessageType type, uint16_t rank,
                           uint8_t version, uint16_t job_slot, uint16_t element_count) const;
   // The slot's result with its words_ (`words`: that many instead).
+  // `to_workers`: it names the result sent before it (kFlagNamesPrevious)
+  // where there was one; an upstream contribution does not.
   size_t WriteResult(const JobEntry& job, size_t slot, uint16_t rank, uint8_t version,
-                     uint16_t job_slot, std::span<uint8_t> out, int words = -1) const;
+                     uint16_t job_slot, std::span<uint8_t> out, bool to_workers,
+                     int words = -1) const;
   size_t WritePending(const JobEntry& job, size_t slot, const PacketHeader& in,
                       std::span<uint8_t> out, bool holds_chunk = true) const;
   void ResetSegment(uint32_t base, uint32_t count);
@@ -396,9 +402,13 @@ class DataPlane {
   std::vector<uint8_t> awaits_upstream_;
   std::vector<uint8_t> upstream_tries_;
   std::vector<Nanos> upstream_sent_at_;
-  std::vector<Nanos> first_at_;      // when the current aggregation's first contribution came
-  std::vector<Nanos> late_since_;    // when a missing rank's next chunk came first (max: none)
-  std::vector<Nanos> result_at_;     // when the aggregation's result went to the workers
+  std::vector<Nanos> first_at_;    // when the current aggregation's first contribution came
+  std::vector<Nanos> late_since_;  // when a missing rank's next chunk came first (max: none)
+  std::vector<Nanos> result_at_;   // when the aggregation's result went to the workers
+  // The result its rank thread got before this aggregation's (SlotIndexOf;
+  // kNoSlot: none): what this one's result names, resent too.
+  std::vector<uint32_t> previous_;
+  static constexpr uint32_t kNoSlot = UINT32_MAX;
   std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
   std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
   std::vector<uint8_t> nack_asked_;  // a retransmission made the next watch due

@@ -45,9 +45,11 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   const uint16_t count = LoadBe16(p + 16);
   if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
   const uint8_t flags = p[kFlagsOffset];
-  if ((flags & ~(kFlagVersionBit | kFlagAuthenticated | kFlagResend)) != 0 || p[19] != 0) {
-    return DecodeError::kBadFlags;
-  }
+  // Only a result names a previous one, and a version goes with the name.
+  const uint8_t known = kFlagVersionBit | kFlagAuthenticated | kFlagResend |
+                        (type == uint8_t(MessageType::kResult) ? kFlagNamesPrevious : 0) |
+                        ((flags & kFlagNamesPrevious) ? kFlagPreviousVersion : 0);
+  if ((flags & ~known) != 0 || p[19] != 0) return DecodeError::kBadFlags;
   const bool authenticated = flags & kFlagAuthenticated;
   if (bytes.size() != PacketBytes(count) + (authenticated ? kAuthTagBytes : 0)) {
     return DecodeError::kLengthMismatch;
@@ -63,6 +65,8 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   h.version = flags & kFlagVersionBit;
   h.authenticated = authenticated;
   h.resend = flags & kFlagResend;
+  h.names_previous = flags & kFlagNamesPrevious;
+  h.previous_version = (flags & kFlagPreviousVersion) ? 1 : 0;
   h.exponent = int16_t(LoadBe16(p + 20));
   h.next_exponent = int16_t(LoadBe16(p + 22));
   out->payload = p + kHeaderBytes;
@@ -82,7 +86,8 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   StoreBe16(p + 16, h.element_count);
   p[kFlagsOffset] =
       uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0) |
-              (h.resend ? kFlagResend : 0));
+              (h.resend ? kFlagResend : 0) | (h.names_previous ? kFlagNamesPrevious : 0) |
+              (h.names_previous && h.previous_version ? kFlagPreviousVersion : 0));
   p[19] = 0;
   StoreBe16(p + 20, uint16_t(h.exponent));
   StoreBe16(p + 22, uint16_t(h.next_exponent));

@@ -16,7 +16,9 @@
 //   16     2    element_count   number of 32-bit words after the header
 //   18     1    flags           bit 0: pool version (shadow copy); bit 1: a
 //                               kAuthTagBytes keyed MAC follows the payload;
-//                               bit 2: a contribution sent again
+//                               bit 2: a contribution sent again; bit 3: a
+//                               result whose rank field names the previous
+//                               result, bit 4 that result's pool version
 //   19     1    reserved        0
 //   20     2    exponent        int16: block exponent the values were scaled
 //                               with (0 for int32 and for descriptor rounds)
@@ -46,6 +48,13 @@ inline constexpr uint8_t kFlagAuthenticated = 0x02;
 // A contribution sent again (docs/wire-format.md): a switch that sees one
 // arrive overtaken without it knows the fabric reordered, not lost, it.
 inline constexpr uint8_t kFlagResend = 0x04;
+// A result that names the one its switch sent to every rank before it, in
+// the same job and to the same worker thread (docs/wire-format.md, "The
+// previous result"): `rank` holds that result's slot, and
+// kFlagPreviousVersion its pool version. Links keep order, so a worker that
+// still waits for the named result lost it.
+inline constexpr uint8_t kFlagNamesPrevious = 0x08;
+inline constexpr uint8_t kFlagPreviousVersion = 0x10;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a
 // 16-byte Poly1305 tag (see src/net/packet_auth.h).
 inline constexpr size_t kAuthTagBytes = 28;
@@ -74,6 +83,10 @@ struct PacketHeader {
   uint8_t version = 0;         // the pool version bit, 0 or 1
   bool authenticated = false;  // a MAC follows the payload (see PacketAuthenticator)
   bool resend = false;         // a contribution sent before (kFlagResend)
+  // A result: `rank` holds the slot of the previous result (kFlagNamesPrevious),
+  // sent with pool version `previous_version`.
+  bool names_previous = false;
+  uint8_t previous_version = 0;
   int16_t exponent = 0;
   int16_t next_exponent = 0;
 };

@@ -1,6 +1,7 @@
 #include "worker/worker_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -85,6 +86,10 @@ struct WorkerEngine::Slot {
   uint32_t probes = 0;             // this round
   uint32_t unanswered_probes = 0;  // since the switch last answered about it
   bool recovering = false;         // shown to wait on a loss recovery
+  // The switch answers this slot's next packet or probe with the result:
+  // it holds it (a later result named it lost, CheckPrevious()), or it
+  // waits on this rank alone (a pending reply said so).
+  bool due_at_once = false;
   Nanos deadline{0};
   uint64_t delivered_at_send = 0;  // whole_results_ when it was sent
   uint64_t send_order = 0;         // of the round's first transmission, counting up
@@ -304,6 +309,7 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued
   slot.recovering = false;
   slot.probed_at = Nanos(0);
   slot.needless_resend = false;
+  slot.due_at_once = false;
   slot.sent_at = now;
   slot.delivered_at_send = whole_results_;
   slot.send_order = ++sends_;
@@ -373,8 +379,9 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   PushRecheck(index, slot.last_order, true);
   // The switch answers a probe at once: ask again if no answer comes
   // within the path's round trip (doubling while none does).
+  const Nanos round_trip = slot.due_at_once ? ResultTimeout() : PathTimeout();
   const Nanos again =
-      PathTimeout() * (int64_t{1} << std::min<uint32_t>(slot.unanswered_probes - 1, 16));
+      round_trip * (int64_t{1} << std::min<uint32_t>(slot.unanswered_probes - 1, 16));
   slot.deadline = now + std::min(again, config_.max_retransmit_timeout);
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
@@ -437,7 +444,10 @@ int WorkerEngine::SlotOf(std::span<const uint8_t> packet, PacketView* p) {
     return -1;
   }
   const PacketHeader& h = p->header;
-  if (h.job != config_.job.value() || (h.rank != config_.rank.value() && h.rank != kAllRanks)) {
+  // (A result that names the previous one holds that one's slot as its rank.)
+  const bool to_me = h.rank == config_.rank.value() || h.rank == kAllRanks ||
+                     (h.type == MessageType::kResult && h.names_previous);
+  if (h.job != config_.job.value() || !to_me) {
     ++counters_.wrong_job_or_rank;
     return -1;
   }
@@ -493,6 +503,9 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     OnNackAhead(slot, index, h.chunk, now, sink);
     return;
   }
+  if (h.type == MessageType::kResult && h.names_previous) {
+    CheckPrevious(h.rank, h.previous_version, now, sink);
+  }
   if (!slot.outstanding || h.version != slot.version || h.chunk != expected_chunk) {
     ++counters_.duplicates;
     return;
@@ -516,6 +529,30 @@ void WorkerEngine::OnPacket(std::span<const uint8_t> packet, Nanos now, PacketSi
     return;
   }
   AcceptResult(slot, index, p, now, sink);
+}
+
+void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, PacketSink& sink) {
+  if (job_slot < config_.slot_offset || job_slot - config_.slot_offset >= queue_.front().window) {
+    return;  // another engine's slot, or one this operation does not use
+  }
+  const auto index = uint16_t(job_slot - config_.slot_offset);
+  Slot& slot = slots_[index];
+  // The switch sent that result before this one and the link keeps order:
+  // a slot that still waits for it in that version lost it. (In the other
+  // version it waits for a later result; a result of that version two
+  // rounds back came before the one it got since.)
+  if (!slot.outstanding || slot.version != version) return;
+  ++counters_.results_named_lost;
+  // (An earlier probe may predate the result; one sent for an earlier name
+  // is answered with it.)
+  const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
+  slot.due_at_once = true;
+  LeaveWindow(slot);
+  if (!config_.switch_answers_probes) {
+    ResendLostResult(slot, index, now, sink);
+  } else if (!asked) {
+    Probe(slot, index, now, sink);  // the switch answers with the result
+  }
 }
 
 void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now,
@@ -544,14 +581,22 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   if (!nack) {
     ++counters_.pending_received;
     slot.unanswered_probes = 0;
+    // Only this rank missing: the switch completes the slot as this rank's
+    // packet arrives, so its result is due a round trip after the packet.
+    size_t missing_ranks = 0;
+    for (size_t w = 0; w < words; ++w) missing_ranks += size_t(std::popcount(missing_word(w)));
+    slot.due_at_once = named && missing_ranks == 1;
     if (!named) {
       // Others are missing: ask again later, less often the longer it takes
-      // (their recovery, or a late rank).
+      // (their recovery, or a late rank). The operation's last slot asks
+      // sooner: no later result will name its result if that is lost, and
+      // one slot's probes cost little.
       slot.needless_resend = true;
       if (config_.switch_answers_probes) {
         const uint32_t doublings =
             slot.probes > kProbesBeforeBackoff ? slot.probes - kProbesBeforeBackoff : 0;
-        const Nanos wait = PathTimeout() / 2 * (int64_t{1} << std::min<uint32_t>(doublings, 16));
+        const Nanos again = LastSlot() ? ResultTimeout() : PathTimeout() / 2;
+        const Nanos wait = again * (int64_t{1} << std::min<uint32_t>(doublings, 16));
         slot.deadline = now + std::min(wait, config_.max_retransmit_timeout);
       } else {
         slot.deadline = std::max(slot.deadline, now + rto_);
@@ -561,6 +606,10 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
       // The switch lacks this rank's packet, which went before the probe on
       // the same link: lost.
       ResendBeforeTimeout(slot, index, now, sink);
+    } else if (slot.due_at_once) {
+      // A resend is on its way, and it completes the slot.
+      slot.deadline = std::min(slot.deadline, slot.resent_at + ResultTimeout());
+      next_scan_ = std::min(next_scan_, slot.deadline);
     }
     return;
   }
@@ -607,7 +656,7 @@ void WorkerEngine::AskIfUnsure(Slot& slot, uint16_t index, Nanos now, PacketSink
 void WorkerEngine::ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   Retransmit(slot, index, now, sink);
   ++counters_.fast_retransmissions;
-  slot.deadline = now + SlotTimeout();
+  slot.deadline = now + (slot.due_at_once ? ResultTimeout() : SlotTimeout());
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
@@ -959,6 +1008,18 @@ Nanos WorkerEngine::PathTimeout() const {
   const double rate = std::max(
       max_rate / 8, std::min(max_rate, double(Window()) * 1e9 / double(round_trip.count())));
   const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
+  return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
+}
+
+bool WorkerEngine::LastSlot() const {
+  const Op& op = queue_.front();
+  return send_cursor_ == uint64_t(op.chunks) + op.window && op.slots_done + 1 == op.window;
+}
+
+Nanos WorkerEngine::ResultTimeout() const {
+  const double rate = sizer_.max_rate_per_second();
+  if (sizer_.min_rtt() == Nanos::max() || rate <= 0) return PathTimeout();
+  const Nanos queue = Nanos(int64_t(in_flight_ * 1e9 / rate));
   return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
 }
 

@@ -38,18 +38,22 @@
 // Loss: the software switch NACKs the ranks missing from a slot that
 // stalls. A missing rank resends at once when the switch saw a newer packet
 // of it (links deliver in order, so this one was lost), or when a packet it
-// sent later already got its result. A NACK for a chunk it has not sent yet
-// finds a lost result: for the next round of a slot it waits on, that
-// slot's; for its next operation, every one it waits for (the others
+// sent later already got its result. A lost result is found by the next
+// result, which names the one the switch sent before it (links keep order:
+// one this rank still waits for in that version was lost), and asked for at
+// once. A NACK for a chunk it has not sent yet finds a lost result too: for the next round of a
+// slot it waits on, that slot's; for its next operation, every one it waits for (the others
 // finished this one); else the oldest unanswered packet, as above.
 // Otherwise, with a switch that answers probes (config.switch_answers_probes,
 // the software switch), the engine asks: a header-only kProbe, answered with
 // the result or a pending reply that tells whether this rank's packet is
 // missing (resend it) or others' (ask again later). It probes a slot when
 // the path's round trip passed without its result (PathTimeout(): the least
-// round trip plus the packets queued ahead, not the wait for other ranks),
-// when a later packet's result comes first (the switch completes slots in
-// chunk order), when a later packet's result shows a probe or resend lost
+// round trip plus the packets queued ahead, not the wait for other ranks;
+// the answer time, ResultTimeout(), where the switch answers with
+// the result at once: a result named it lost, or a pending reply lacked
+// this rank alone), when a later packet's result comes first (the switch
+// completes slots in chunk order), when a later packet's result shows a probe or resend lost
 // (Recheck()), when the slot holds up the next packet in chunk order and was
 // shown to wait on a recovery, and when a NACK does not prove its packet lost. Without probes (a P4
 // switch) a slot's timeout resends it: the smoothed round trip plus four deviations (RFC 6298), at
@@ -195,6 +199,9 @@ struct WorkerEngineCounters {
   uint64_t fast_retransmissions = 0;  // of them, sent before the timeout (the switch's NACK)
   uint64_t nacks_received = 0;        // kNack packets for an outstanding slot
   uint64_t nacks_ignored = 0;         // of them, naming a packet not (yet) proven lost
+  // Results a later one named (kFlagNamesPrevious) while this worker still
+  // waited for them: lost on the way, asked for again at once.
+  uint64_t results_named_lost = 0;
   // Exponent-only packets sent a second time: after a loss anywhere in the
   // job the descriptor round's headers go twice (docs/design.md §3).
   uint64_t redundant_headers = 0;
@@ -274,6 +281,14 @@ class WorkerEngine {
   // slot round trip before any sample. Unlike the smoothed round trip it
   // leaves out most of the wait for the other ranks' contributions.
   Nanos PathTimeout() const;
+  // How long the switch's answer to a packet or probe that it answers at
+  // once with the result takes at most: twice the least round trip plus the
+  // results due at the largest delivery rate. Unlike PathTimeout() it
+  // counts no wait for other ranks (nor a rate that such waits depress).
+  Nanos ResultTimeout() const;
+  // Every packet of the running operation is sent, and one slot still
+  // waits for its result.
+  bool LastSlot() const;
   // How long a slot waits for its result before it asks (a probe: the
   // switch answers at once, and asking costs a header) or resends (the
   // retransmission timeout, which allows for the other ranks' waits).
@@ -309,6 +324,10 @@ class WorkerEngine {
   // A NACK naming this rank for a chunk of `slot` it has not sent yet: the
   // others moved on, so a result this rank waits for was lost.
   void OnNackAhead(Slot& slot, uint16_t index, uint32_t chunk, Nanos now, PacketSink& sink);
+  // A result named the one the switch sent before it, of job slot
+  // `job_slot` in pool version `version`: if this worker still waits for
+  // that one, it was lost, and the engine asks for it again.
+  void CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, PacketSink& sink);
   // A kNack or kPending: remembers the missing ranks it names; a NACK that
   // names this rank resends the slot's packet.
   void OnStallReport(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);

@@ -161,6 +161,7 @@ class RandomTrace {
     config.pool_slots = 512;
     config.max_elements_per_packet = k;
     config.max_workers = 32;
+    config.name_previous_results = false;  // as the P4 programs
     return config;
   }
 
