@@ -543,6 +543,10 @@ void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, 
   // rounds back came before the one it got since.)
   if (!slot.outstanding || slot.version != version) return;
   ++counters_.results_named_lost;
+  // Paced, the engine's own timers recover it: acting on the name (and
+  // the answer time below) drew probe storms there (docs/performance.md,
+  // "Each result names the previous one").
+  if (pacing()) return;
   // (An earlier probe may predate the result; one sent for an earlier name
   // is answered with it.)
   const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
@@ -585,7 +589,7 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
     // packet arrives, so its result is due a round trip after the packet.
     size_t missing_ranks = 0;
     for (size_t w = 0; w < words; ++w) missing_ranks += size_t(std::popcount(missing_word(w)));
-    slot.due_at_once = named && missing_ranks == 1;
+    slot.due_at_once = named && missing_ranks == 1 && !pacing();
     if (!named) {
       // Others are missing: ask again later, less often the longer it takes
       // (their recovery, or a late rank). The operation's last slot asks
@@ -595,7 +599,7 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
       if (config_.switch_answers_probes) {
         const uint32_t doublings =
             slot.probes > kProbesBeforeBackoff ? slot.probes - kProbesBeforeBackoff : 0;
-        const Nanos again = LastSlot() ? ResultTimeout() : PathTimeout() / 2;
+        const Nanos again = LastSlot() && !pacing() ? ResultTimeout() : PathTimeout() / 2;
         const Nanos wait = again * (int64_t{1} << std::min<uint32_t>(doublings, 16));
         slot.deadline = now + std::min(wait, config_.max_retransmit_timeout);
       } else {

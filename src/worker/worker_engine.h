@@ -289,6 +289,8 @@ class WorkerEngine {
   // Every packet of the running operation is sent, and one slot still
   // waits for its result.
   bool LastSlot() const;
+  // The engine paces its packets (config.pacing_bits_per_second).
+  bool pacing() const { return config_.pacing_bits_per_second != 0; }
   // How long a slot waits for its result before it asks (a probe: the
   // switch answers at once, and asking costs a header) or resends (the
   // retransmission timeout, which allows for the other ranks' waits).
