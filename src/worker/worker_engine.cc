@@ -155,7 +155,7 @@ WorkerEngine::WorkerEngine(const WorkerEngineConfig& config)
       sizer_(config.pool_slots),
       recheck_(config.switch_answers_probes ? 2 * size_t(config.pool_slots) : 0),
       rto_(config.retransmit_timeout) {
-  if (config.pacing_bits_per_second != 0) {
+  if (pacing()) {
     pacing_slack_ = kPacingBurst * WireTime(PacketBytes(config.elements_per_packet));
   }
 }
@@ -166,7 +166,7 @@ bool WorkerEngine::idle() const { return queue_.empty(); }
 
 uint16_t WorkerEngine::Window() const {
   if (config_.window != 0) return config_.window;
-  return config_.pacing_bits_per_second != 0 ? config_.pool_slots : sizer_.window();
+  return pacing() ? config_.pool_slots : sizer_.window();
 }
 
 WorkerEngineCounters WorkerEngine::counters() const {
@@ -336,7 +336,7 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
 }
 
 void WorkerEngine::Paced(size_t bytes, Nanos now) {
-  if (config_.pacing_bits_per_second == 0) return;
+  if (!pacing()) return;
   link_free_ = std::max(link_free_, now) + WireTime(bytes);
 }
 
@@ -588,8 +588,10 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
     // Only this rank missing: the switch completes the slot as this rank's
     // packet arrives, so its result is due a round trip after the packet.
     size_t missing_ranks = 0;
-    for (size_t w = 0; w < words; ++w) missing_ranks += size_t(std::popcount(missing_word(w)));
-    slot.due_at_once = named && missing_ranks == 1 && !pacing();
+    for (size_t w = 0; named && !pacing() && w < words; ++w) {
+      missing_ranks += size_t(std::popcount(missing_word(w)));
+    }
+    slot.due_at_once = missing_ranks == 1;
     if (!named) {
       // Others are missing: ask again later, less often the longer it takes
       // (their recovery, or a late rank). The operation's last slot asks
@@ -1005,12 +1007,16 @@ Nanos WorkerEngine::PathTimeout() const {
   // loss-free time). The pacing path counts it at most kPacedRoundTrips
   // least round trips.
   Nanos round_trip = SmoothedRoundTrip();
-  if (config_.pacing_bits_per_second != 0) {
+  if (pacing()) {
     round_trip = std::min(round_trip, kPacedRoundTrips * sizer_.min_rtt());
   }
   const double max_rate = sizer_.max_rate_per_second();
   const double rate = std::max(
       max_rate / 8, std::min(max_rate, double(Window()) * 1e9 / double(round_trip.count())));
+  return RoundTripAt(rate);
+}
+
+Nanos WorkerEngine::RoundTripAt(double rate) const {
   const Nanos queue = rate > 0 ? Nanos(int64_t(in_flight_ * 1e9 / rate)) : Nanos(0);
   return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
 }
@@ -1021,10 +1027,8 @@ bool WorkerEngine::LastSlot() const {
 }
 
 Nanos WorkerEngine::ResultTimeout() const {
-  const double rate = sizer_.max_rate_per_second();
-  if (sizer_.min_rtt() == Nanos::max() || rate <= 0) return PathTimeout();
-  const Nanos queue = Nanos(int64_t(in_flight_ * 1e9 / rate));
-  return std::max(config_.min_retransmit_timeout, 2 * (sizer_.min_rtt() + queue));
+  if (sizer_.min_rtt() == Nanos::max()) return rto_;
+  return RoundTripAt(sizer_.max_rate_per_second());
 }
 
 bool WorkerEngine::HeaderCopiesPay(uint16_t headers) const {

@@ -286,6 +286,10 @@ class WorkerEngine {
   // results due at the largest delivery rate. Unlike PathTimeout() it
   // counts no wait for other ranks (nor a rate that such waits depress).
   Nanos ResultTimeout() const;
+  // Twice the least round trip plus the unanswered packets drained at
+  // `rate` (per second; none at 0), at least min_retransmit_timeout: both
+  // timeouts above, at their rates.
+  Nanos RoundTripAt(double rate) const;
   // Every packet of the running operation is sent, and one slot still
   // waits for its result.
   bool LastSlot() const;
