@@ -620,8 +620,9 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
   const Nanos at = std::chrono::microseconds(10);
   EXPECT_TRUE(HeaderOf(results[2]).names_previous);
   e.OnPacket(results[2], at, sink);
-  // Two probes, first for the result named lost; the next round waits for
-  // slot 0 (packets go in chunk order).
+  // Two probes, first for the result named lost (one: with nothing measured
+  // yet a second does not pay, WorkerEngine::NamedLostProbes()); the next
+  // round waits for slot 0 (packets go in chunk order).
   ASSERT_EQ(sink.sent.size(), 6u);
   EXPECT_EQ(HeaderOf(sink.sent[4]).type, MessageType::kProbe);
   EXPECT_EQ(HeaderOf(sink.sent[4]).slot, 1);
@@ -640,19 +641,23 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
   }
   // Slot 1's result, resent, named slot 0's, which was lost too, and asked
   // for it again (the earlier probe may have reached the switch before the
-  // slot completed). Slot 3's named slot 2's, which this rank has; and
-  // naming a slot in the version it does not wait in (slot 2 waits in
-  // version 1 now) asks for nothing either.
+  // slot completed), now with two probes back to back: two of the two
+  // results so far were lost, and a lost probe would cost the answer time.
+  // Slot 3's named slot 2's, which this rank has; and naming a slot in the
+  // version it does not wait in (slot 2 waits in version 1 now) asks for
+  // nothing either.
   EXPECT_EQ(e.counters().results_named_lost, 2u);
-  ASSERT_EQ(e.counters().probes_sent, 3u);
-  EXPECT_EQ(HeaderOf(sink.sent[6]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(sink.sent[6]).slot, 0);
+  ASSERT_EQ(e.counters().probes_sent, 4u);
+  for (size_t i : {6, 7}) {
+    EXPECT_EQ(HeaderOf(sink.sent[i]).type, MessageType::kProbe);
+    EXPECT_EQ(HeaderOf(sink.sent[i]).slot, 0);
+  }
   PacketHeader named = HeaderOf(results[3]);
   ASSERT_TRUE(named.names_previous);
   ASSERT_EQ(named.rank, 2);
   ASSERT_EQ(named.previous_version, 0);
   e.OnPacket(results[3], at, sink);
-  EXPECT_EQ(e.counters().probes_sent, 3u);
+  EXPECT_EQ(e.counters().probes_sent, 4u);
   EXPECT_EQ(e.counters().results_named_lost, 2u);
   // The rest without loss.
   for (size_t d = 6; d < sink.sent.size(); ++d) {
@@ -662,6 +667,82 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
   ASSERT_TRUE(called);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], 7) << i;
   EXPECT_EQ(e.counters().retransmissions, 0u);
+}
+
+// A probe that goes in the same nanosecond as a resend, after it, follows it
+// on the link: a pending reply that still lacks this rank says the resend
+// was lost too, and the packet goes again at once (not when the slot's
+// timer fires).
+TEST(WorkerEngine, APendingReplyToAProbeSentJustAfterAResendResendsAgain) {
+  auto sw = SwitchWithJob(2, 4);
+  WorkerEngine e0(ProbingConfig(2, 0, 4)), e1(ProbingConfig(2, 1, 4));
+  RecordingSink s0, s1;
+  std::vector<int32_t> x(4 * 32, 5), y0(x.size()), y1(x.size());
+  int done = 0;
+  auto finish = [&](OpId, const Status& s) {
+    EXPECT_TRUE(s.ok());
+    ++done;
+  };
+  ASSERT_TRUE(e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, finish).ok());
+  ASSERT_TRUE(e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok());
+  e0.OnTimer(Nanos(0), s0);
+  e1.OnTimer(Nanos(0), s1);
+  ASSERT_EQ(s0.sent.size(), 4u);
+  std::vector<uint8_t> out(PacketBytes(32));
+  // Rank 0's packet of slot 0 is lost; slots 1-3 complete, and their
+  // results wait on the way to rank 0.
+  Nanos now = std::chrono::microseconds(5);
+  sw->AdvanceClock(now);
+  std::vector<std::vector<uint8_t>> to0;
+  for (size_t i = 0; i < 4; ++i) {
+    sw->Process(s1.sent[i], out);
+    if (i == 0) continue;
+    const Verdict v = sw->Process(s0.sent[i], out);
+    ASSERT_EQ(v.action, Action::kSendToAll);
+    e1.OnPacket(std::span(out.data(), v.out_bytes), now, s1);
+    to0.emplace_back(out.begin(), out.begin() + long(v.out_bytes));
+  }
+  // The switch NACKs rank 0 (its newer packets came): it resends at once...
+  now = sw->NextTimer();
+  ASSERT_LT(now, milliseconds(1));
+  const Verdict nack = sw->NextTimerPacket(now, out);
+  ASSERT_EQ(nack.action, Action::kNackToMissing);
+  e0.OnPacket(std::span(out.data(), nack.out_bytes), now, s0);
+  ASSERT_EQ(s0.sent.size(), 5u);
+  EXPECT_TRUE(IsResendOf(s0.sent[4], s0.sent[0]));
+  // ...and, in the same nanosecond, slot 1's result comes: slot 0 is asked
+  // about, after the resend.
+  e0.OnPacket(to0[0], now, s0);
+  ASSERT_EQ(s0.sent.size(), 6u);
+  EXPECT_EQ(HeaderOf(s0.sent[5]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(s0.sent[5]).slot, 0);
+  // The resend is lost; the probe's answer lacks rank 0: it resends again.
+  const Verdict pending = sw->Process(s0.sent[5], out);
+  ASSERT_EQ(pending.action, Action::kPendingToSender);
+  e0.OnPacket(std::span(out.data(), pending.out_bytes), now + Nanos(1), s0);
+  ASSERT_EQ(s0.sent.size(), 7u);
+  EXPECT_TRUE(IsResendOf(s0.sent[6], s0.sent[0]));
+  EXPECT_EQ(e0.counters().retransmissions, 2u);
+  // The rest without loss.
+  for (const auto& r : to0) e0.OnPacket(r, now + Nanos(1), s0);
+  size_t d0 = 6, d1 = 4;
+  for (int steps = 0; done < 2 && steps < 100; ++steps) {
+    for (; d0 < s0.sent.size() || d1 < s1.sent.size();) {
+      const bool from0 = d0 < s0.sent.size();
+      const Verdict v = sw->Process(from0 ? s0.sent[d0++] : s1.sent[d1++], out);
+      const std::span<const uint8_t> p(out.data(), v.out_bytes);
+      if (v.action == Action::kSendToAll) {
+        e0.OnPacket(p, now, s0);
+        e1.OnPacket(p, now, s1);
+      } else if (v.action != Action::kDrop) {
+        (from0 ? e0 : e1).OnPacket(p, now, from0 ? s0 : s1);
+      }
+    }
+  }
+  ASSERT_EQ(done, 2);
+  EXPECT_EQ(y0, y1);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y0[i], 10) << i;
+  EXPECT_EQ(e1.counters().retransmissions, 0u);
 }
 
 // With a switch that takes exponent-only packets the descriptor round sends

@@ -82,7 +82,11 @@ struct WorkerEngine::Slot {
   // By when the switch has that transmission, or this rank a NACK or
   // result that it sent after: PathTimeout() from then.
   Nanos answer_due{0};
-  Nanos probed_at{0};              // of its latest probe (0: none this round)
+  Nanos probed_at{0};  // of its latest probe (0: none this round)
+  // Its latest probe went after its latest transmission (on a link that
+  // keeps order, so the answer tells whether that transmission arrived).
+  // Not a comparison of the two times: both may go in the same nanosecond.
+  bool probed_since_sent = false;
   uint32_t probes = 0;             // this round
   uint32_t unanswered_probes = 0;  // since the switch last answered about it
   bool recovering = false;         // shown to wait on a loss recovery
@@ -332,6 +336,7 @@ void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink&
   Paced(bytes, now);
   ++counters_.packets_sent;
   slot.resent_at = now;
+  slot.probed_since_sent = false;
   slot.answer_due = now + PathTimeout();
 }
 
@@ -366,15 +371,18 @@ PacketHeader WorkerEngine::SlotHeader(const Slot& slot, uint16_t index, MessageT
   return h;
 }
 
-void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
-  EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
-  sink.Send(buf.first(kHeaderBytes));
-  Paced(kHeaderBytes, now);
-  ++counters_.probes_sent;
+void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, uint32_t copies) {
+  for (uint32_t i = 0; i < copies; ++i) {
+    const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+    EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
+    sink.Send(buf.first(kHeaderBytes));
+    Paced(kHeaderBytes, now);
+    ++counters_.probes_sent;
+  }
   ++slot.probes;
   ++slot.unanswered_probes;
   slot.probed_at = now;
+  slot.probed_since_sent = true;
   slot.last_order = ++sends_;
   PushRecheck(index, slot.last_order, true);
   // The switch answers a probe at once: ask again if no answer comes
@@ -542,20 +550,20 @@ void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, 
   // version it waits for a later result; a result of that version two
   // rounds back came before the one it got since.)
   if (!slot.outstanding || slot.version != version) return;
-  ++counters_.results_named_lost;
+  // (An earlier probe may predate the result; one sent for an earlier name
+  // is answered with it, and a copy of that answer names the same result.)
+  const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
+  if (!asked) ++counters_.results_named_lost;
   // Paced, the engine's own timers recover it: acting on the name (and
   // the answer time below) drew probe storms there (docs/performance.md,
   // "Each result names the previous one").
   if (pacing()) return;
-  // (An earlier probe may predate the result; one sent for an earlier name
-  // is answered with it.)
-  const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
   slot.due_at_once = true;
   LeaveWindow(slot);
   if (!config_.switch_answers_probes) {
     ResendLostResult(slot, index, now, sink);
   } else if (!asked) {
-    Probe(slot, index, now, sink);  // the switch answers with the result
+    Probe(slot, index, now, sink, NamedLostProbes());  // the switch answers with the result
   }
 }
 
@@ -608,7 +616,7 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
         slot.deadline = std::max(slot.deadline, now + rto_);
       }
       next_scan_ = std::min(next_scan_, slot.deadline);
-    } else if (slot.probed_at > slot.resent_at) {
+    } else if (slot.probed_since_sent) {
       // The switch lacks this rank's packet, which went before the probe on
       // the same link: lost.
       ResendBeforeTimeout(slot, index, now, sink);
@@ -654,7 +662,7 @@ void WorkerEngine::AskIfUnsure(Slot& slot, uint16_t index, Nanos now, PacketSink
   // A probe follows the packet on the same link: its answer says for sure
   // whether the switch has it (or its result), once the path's round trip
   // allows for the packet to have arrived.
-  if (config_.switch_answers_probes && slot.probed_at <= slot.resent_at && now >= slot.answer_due) {
+  if (config_.switch_answers_probes && !slot.probed_since_sent && now >= slot.answer_due) {
     Probe(slot, index, now, sink);
   }
 }
@@ -1037,6 +1045,18 @@ bool WorkerEngine::HeaderCopiesPay(uint16_t headers) const {
   const double header_s = double(kHeaderBytes + kFramingBytes) /
                           double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
   return double(headers) * header_s * 1e9 < double(sizer_.min_rtt().count());
+}
+
+uint32_t WorkerEngine::NamedLostProbes() const {
+  // A lost probe or answer (about twice the results' loss rate, as measured
+  // by the names) costs the answer time; a second probe costs a result's
+  // link time (its answer).
+  const double rate = sizer_.max_rate_per_second();  // whole packets per second
+  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return 1;
+  const double loss = double(counters_.results_named_lost) /
+                      double(std::max<uint64_t>(counters_.results_accepted, 1));
+  const double saved_s = 2 * loss * double(ResultTimeout().count()) * 1e-9;
+  return saved_s * rate >= 1 ? 2 : 1;
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {
