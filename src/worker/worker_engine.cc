@@ -82,14 +82,14 @@ struct WorkerEngine::Slot {
   // By when the switch has that transmission, or this rank a NACK or
   // result that it sent after: PathTimeout() from then.
   Nanos answer_due{0};
-  Nanos probed_at{0};  // of its latest probe (0: none this round)
+  Nanos probed_at{0};              // of its latest probe (0: none this round)
+  uint32_t probes = 0;             // this round
+  uint32_t unanswered_probes = 0;  // since the switch last answered about it
+  bool recovering = false;         // shown to wait on a loss recovery
   // Its latest probe went after its latest transmission (on a link that
   // keeps order, so the answer tells whether that transmission arrived).
   // Not a comparison of the two times: both may go in the same nanosecond.
   bool probed_since_sent = false;
-  uint32_t probes = 0;             // this round
-  uint32_t unanswered_probes = 0;  // since the switch last answered about it
-  bool recovering = false;         // shown to wait on a loss recovery
   // The switch answers this slot's next packet or probe with the result:
   // it holds it (a later result named it lost, CheckPrevious()), or it
   // waits on this rank alone (a pending reply said so).
