@@ -371,14 +371,12 @@ PacketHeader WorkerEngine::SlotHeader(const Slot& slot, uint16_t index, MessageT
   return h;
 }
 
-void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, uint32_t copies) {
-  for (uint32_t i = 0; i < copies; ++i) {
-    const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
-    EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
-    sink.Send(buf.first(kHeaderBytes));
-    Paced(kHeaderBytes, now);
-    ++counters_.probes_sent;
-  }
+void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
+  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+  EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
+  sink.Send(buf.first(kHeaderBytes));
+  Paced(kHeaderBytes, now);
+  ++counters_.probes_sent;
   ++slot.probes;
   ++slot.unanswered_probes;
   slot.probed_at = now;
@@ -550,20 +548,20 @@ void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, 
   // version it waits for a later result; a result of that version two
   // rounds back came before the one it got since.)
   if (!slot.outstanding || slot.version != version) return;
-  // (An earlier probe may predate the result; one sent for an earlier name
-  // is answered with it, and a copy of that answer names the same result.)
-  const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
-  if (!asked) ++counters_.results_named_lost;
+  ++counters_.results_named_lost;
   // Paced, the engine's own timers recover it: acting on the name (and
   // the answer time below) drew probe storms there (docs/performance.md,
   // "Each result names the previous one").
   if (pacing()) return;
+  // (An earlier probe may predate the result; one sent for an earlier name
+  // is answered with it.)
+  const bool asked = slot.due_at_once && now - slot.probed_at < ResultTimeout();
   slot.due_at_once = true;
   LeaveWindow(slot);
   if (!config_.switch_answers_probes) {
     ResendLostResult(slot, index, now, sink);
   } else if (!asked) {
-    Probe(slot, index, now, sink, NamedLostProbes());  // the switch answers with the result
+    Probe(slot, index, now, sink);  // the switch answers with the result
   }
 }
 
@@ -1045,18 +1043,6 @@ bool WorkerEngine::HeaderCopiesPay(uint16_t headers) const {
   const double header_s = double(kHeaderBytes + kFramingBytes) /
                           double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
   return double(headers) * header_s * 1e9 < double(sizer_.min_rtt().count());
-}
-
-uint32_t WorkerEngine::NamedLostProbes() const {
-  // A lost probe or answer (about twice the results' loss rate, as measured
-  // by the names) costs the answer time; a second probe costs a result's
-  // link time (its answer).
-  const double rate = sizer_.max_rate_per_second();  // whole packets per second
-  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return 1;
-  const double loss = double(counters_.results_named_lost) /
-                      double(std::max<uint64_t>(counters_.results_accepted, 1));
-  const double saved_s = 2 * loss * double(ResultTimeout().count()) * 1e-9;
-  return saved_s * rate >= 1 ? 2 : 1;
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {

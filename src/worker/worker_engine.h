@@ -41,8 +41,7 @@
 // sent later already got its result. A lost result is found by the next
 // result, which names the one the switch sent before it (links keep order:
 // one this rank still waits for in that version was lost), and asked for at
-// once (two probes back to back where a lost one costs more than the second answer). A NACK for a
-// chunk it has not sent yet finds a lost result too: for the next round of a
+// once. A NACK for a chunk it has not sent yet finds a lost result too: for the next round of a
 // slot it waits on, that slot's; for its next operation, every one it waits for (the others
 // finished this one); else the oldest unanswered packet, as above.
 // Otherwise, with a switch that answers probes (config.switch_answers_probes,
@@ -274,8 +273,8 @@ class WorkerEngine {
   // The header fields every packet of this slot's current round shares.
   PacketHeader SlotHeader(const Slot& slot, uint16_t index, MessageType type) const;
   // Asks the switch for the slot's state (a kProbe: its result, or which
-  // ranks it misses), with `copies` probes back to back.
-  void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, uint32_t copies = 1);
+  // ranks it misses).
+  void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // How long the switch takes to answer this rank at most: twice the least
   // round trip plus the packets queued ahead (the results due, at the
   // largest delivery rate, at most the window per smoothed round trip), the
@@ -304,13 +303,6 @@ class WorkerEngine {
   // less link time than a round trip, which a lost one costs its slot's
   // data (and every rank's data after it) at least.
   bool HeaderCopiesPay(uint16_t headers) const;
-  // How many probes ask for a result named lost, back to back: two where
-  // the answer time lost with a probe or its answer (at twice the measured
-  // rate of results named lost) outweighs the link time of the second
-  // answer, else one. At 1% loss one probe or its answer is lost in 2% of
-  // the asks, a wait for the answer time that 64 or 256 ranks meet in
-  // every operation; with two probes, in 0.04%.
-  uint32_t NamedLostProbes() const;
   // Once every packet of the operation is sent, how long a slot may wait
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
