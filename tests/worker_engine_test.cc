@@ -103,6 +103,63 @@ Nanos RunTimersToTheEnd(WorkerEngine& e, RecordingSink& sink) {
   return at;
 }
 
+// Two engines of one 2-rank job and the switch that holds it. Deliver() takes
+// the switch's answer in `out` to the ranks it is for (a result to both, a
+// NACK to the ranks it names, a reply to its sender); Pump() takes every
+// packet the engines sent from d0 / d1 on to the switch, one rank's after the
+// other's, until none is left. `done` counts the operations that finished.
+struct TwoRankJob {
+  TwoRankJob(WorkerEngineConfig c0, WorkerEngineConfig c1, std::vector<int32_t> input)
+      : sw(SwitchWithJob(2, c0.pool_slots)),
+        e0(c0),
+        e1(c1),
+        x(std::move(input)),
+        y0(x.size()),
+        y1(x.size()),
+        out(PacketBytes(32)) {}
+
+  ::testing::AssertionResult Submit() {
+    auto finish = [this](OpId, const Status& s) {
+      EXPECT_TRUE(s.ok());
+      ++done;
+    };
+    if (!e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, finish).ok() ||
+        !e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok()) {
+      return ::testing::AssertionFailure() << "Submit failed";
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  void Deliver(Verdict v, Nanos now) {
+    const std::span<const uint8_t> p(out.data(), v.out_bytes);
+    if (v.action == Action::kSendToAll) {
+      e0.OnPacket(p, now, s0);
+      e1.OnPacket(p, now, s1);
+    } else if (v.action == Action::kNackToMissing || v.action == Action::kPendingToSender ||
+               v.action == Action::kReplyToSender) {
+      const bool nack = v.action == Action::kNackToMissing;
+      if (nack ? NackNames(p, 0) : v.rank == 0) e0.OnPacket(p, now, s0);
+      if (nack ? NackNames(p, 1) : v.rank == 1) e1.OnPacket(p, now, s1);
+    }
+  }
+
+  void Pump(Nanos now) {
+    sw->AdvanceClock(now);
+    while (d0 < s0.sent.size() || d1 < s1.sent.size()) {
+      if (d1 < s1.sent.size()) Deliver(sw->Process(s1.sent[d1++], out), now);
+      if (d0 < s0.sent.size()) Deliver(sw->Process(s0.sent[d0++], out), now);
+    }
+  }
+
+  std::unique_ptr<DataPlane> sw;
+  WorkerEngine e0, e1;
+  RecordingSink s0, s1;
+  std::vector<int32_t> x, y0, y1;
+  std::vector<uint8_t> out;
+  size_t d0 = 0, d1 = 0;
+  int done = 0;
+};
+
 TEST(WorkerEngineConfigTest, RejectsBadValuesByName) {
   WorkerEngineConfig c = Config(2, 2, 4);
   EXPECT_NE(c.Validate().message().find("rank=2"), std::string::npos);
@@ -295,74 +352,41 @@ TEST(WorkerEngine, StallNamesOnlyTheRanksMissingAtTheOldestChunk) {
 // A lost contribution goes again as soon as the switch NACKs its rank, long
 // before its timeout; the rank the NACK does not name sends nothing.
 TEST(WorkerEngine, ANackResendsTheLostPacketAtOnceAndOnlyFromTheRankItNames) {
-  auto sw = SwitchWithJob(2, 8);
-  WorkerEngine e0(Config(2, 0, 8)), e1(Config(2, 1, 8));
-  RecordingSink s0, s1;
-  std::vector<int32_t> x(8 * 32), y0(x.size()), y1(x.size());
-  for (size_t i = 0; i < x.size(); ++i) x[i] = int32_t(i);
-  int done = 0;
-  auto finish = [&](OpId, const Status& s) {
-    EXPECT_TRUE(s.ok());
-    ++done;
-  };
-  ASSERT_TRUE(e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, finish).ok());
-  ASSERT_TRUE(e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok());
-  Nanos now(0);
-  e0.OnTimer(now, s0);
-  e1.OnTimer(now, s1);
-  ASSERT_EQ(s0.sent.size(), 8u);
-  ASSERT_EQ(s1.sent.size(), 8u);
-  std::vector<uint8_t> out(PacketBytes(32));
-  // Delivers what the engines sent from index d0/d1 on, and what the switch
-  // answers, except rank 0's first packet (slot 0 of the descriptor round).
-  size_t d0 = 1, d1 = 0;
-  auto deliver = [&](Verdict v) {
-    const std::span<const uint8_t> p(out.data(), v.out_bytes);
-    if (v.action == Action::kSendToAll) {
-      e0.OnPacket(p, now, s0);
-      e1.OnPacket(p, now, s1);
-    } else if (v.action == Action::kNackToMissing || v.action == Action::kPendingToSender ||
-               v.action == Action::kReplyToSender) {
-      const bool nack = v.action == Action::kNackToMissing;
-      const bool to0 = nack ? NackNames(p, 0) : v.rank == 0;
-      const bool to1 = nack ? NackNames(p, 1) : v.rank == 1;
-      if (to0) e0.OnPacket(p, now, s0);
-      if (to1) e1.OnPacket(p, now, s1);
-    }
-  };
-  auto pump = [&] {
-    sw->AdvanceClock(now);
-    while (d0 < s0.sent.size() || d1 < s1.sent.size()) {
-      if (d1 < s1.sent.size()) deliver(sw->Process(s1.sent[d1++], out));
-      if (d0 < s0.sent.size()) deliver(sw->Process(s0.sent[d0++], out));
-    }
-  };
-  now = Nanos(2000);
-  pump();
-  EXPECT_EQ(done, 0);  // slot 0 waits for rank 0
-  EXPECT_EQ(e0.counters().retransmissions, 0u);
+  std::vector<int32_t> input(8 * 32);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = int32_t(i);
+  TwoRankJob job(Config(2, 0, 8), Config(2, 1, 8), input);
+  ASSERT_TRUE(job.Submit());
+  job.e0.OnTimer(Nanos(0), job.s0);
+  job.e1.OnTimer(Nanos(0), job.s1);
+  ASSERT_EQ(job.s0.sent.size(), 8u);
+  ASSERT_EQ(job.s1.sent.size(), 8u);
+  // Rank 0's first packet (slot 0 of the descriptor round) is lost.
+  job.d0 = 1;
+  job.Pump(Nanos(2000));
+  EXPECT_EQ(job.done, 0);  // slot 0 waits for rank 0
+  EXPECT_EQ(job.e0.counters().retransmissions, 0u);
   // The switch's timer NACKs rank 0 as lost (its newer packets came), long
   // before the 1 ms timeout; rank 1 is not told anything.
-  now = sw->NextTimer();
+  const Nanos now = job.sw->NextTimer();
   ASSERT_LT(now, milliseconds(1));
-  for (Verdict v; (v = sw->NextTimerPacket(now, out)).action != Action::kDrop;) {
+  for (Verdict v; (v = job.sw->NextTimerPacket(now, job.out)).action != Action::kDrop;) {
     ASSERT_EQ(v.action, Action::kNackToMissing);
-    EXPECT_EQ(LoadBe32(&out[kHeaderBytes]), 1u);      // lost: rank 0
-    EXPECT_EQ(LoadBe32(&out[kHeaderBytes + 4]), 0u);  // behind: none
-    deliver(v);
+    EXPECT_EQ(LoadBe32(&job.out[kHeaderBytes]), 1u);      // lost: rank 0
+    EXPECT_EQ(LoadBe32(&job.out[kHeaderBytes + 4]), 0u);  // behind: none
+    job.Deliver(v, now);
   }
-  EXPECT_EQ(e0.counters().nacks_received, 1u);
-  EXPECT_EQ(e1.counters().nacks_received, 0u);
-  EXPECT_EQ(e0.counters().fast_retransmissions, 1u);
-  EXPECT_EQ(e1.counters().retransmissions, 0u);
-  ASSERT_EQ(s0.sent.size(), 9u);
-  EXPECT_TRUE(IsResendOf(s0.sent[8], s0.sent[0]));
-  pump();
-  EXPECT_EQ(done, 2);
-  EXPECT_EQ(y0, y1);
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y0[i], 2 * x[i]) << i;
-  EXPECT_EQ(e0.counters().retransmissions, 1u);
-  EXPECT_EQ(e1.counters().retransmissions, 0u);
+  EXPECT_EQ(job.e0.counters().nacks_received, 1u);
+  EXPECT_EQ(job.e1.counters().nacks_received, 0u);
+  EXPECT_EQ(job.e0.counters().fast_retransmissions, 1u);
+  EXPECT_EQ(job.e1.counters().retransmissions, 0u);
+  ASSERT_EQ(job.s0.sent.size(), 9u);
+  EXPECT_TRUE(IsResendOf(job.s0.sent[8], job.s0.sent[0]));
+  job.Pump(now);
+  EXPECT_EQ(job.done, 2);
+  EXPECT_EQ(job.y0, job.y1);
+  for (size_t i = 0; i < input.size(); ++i) ASSERT_EQ(job.y0[i], 2 * input[i]) << i;
+  EXPECT_EQ(job.e0.counters().retransmissions, 1u);
+  EXPECT_EQ(job.e1.counters().retransmissions, 0u);
 }
 
 // A NACK for the next round of a slot whose result this rank still waits
@@ -669,75 +693,56 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
 // was lost too, and the packet goes again at once (not when the slot's
 // timer fires).
 TEST(WorkerEngine, APendingReplyToAProbeSentJustAfterAResendResendsAgain) {
-  auto sw = SwitchWithJob(2, 4);
-  WorkerEngine e0(ProbingConfig(2, 0, 4)), e1(ProbingConfig(2, 1, 4));
-  RecordingSink s0, s1;
-  std::vector<int32_t> x(4 * 32, 5), y0(x.size()), y1(x.size());
-  int done = 0;
-  auto finish = [&](OpId, const Status& s) {
-    EXPECT_TRUE(s.ok());
-    ++done;
-  };
-  ASSERT_TRUE(e0.Submit(x.data(), y0.data(), x.size(), DType::kInt32, finish).ok());
-  ASSERT_TRUE(e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok());
-  e0.OnTimer(Nanos(0), s0);
-  e1.OnTimer(Nanos(0), s1);
-  ASSERT_EQ(s0.sent.size(), 4u);
-  std::vector<uint8_t> out(PacketBytes(32));
+  TwoRankJob job(ProbingConfig(2, 0, 4), ProbingConfig(2, 1, 4), std::vector<int32_t>(4 * 32, 5));
+  ASSERT_TRUE(job.Submit());
+  job.e0.OnTimer(Nanos(0), job.s0);
+  job.e1.OnTimer(Nanos(0), job.s1);
+  ASSERT_EQ(job.s0.sent.size(), 4u);
+  auto& out = job.out;
   // Rank 0's packet of slot 0 is lost; slots 1-3 complete, and their
   // results wait on the way to rank 0.
   Nanos now = std::chrono::microseconds(5);
-  sw->AdvanceClock(now);
+  job.sw->AdvanceClock(now);
   std::vector<std::vector<uint8_t>> to0;
   for (size_t i = 0; i < 4; ++i) {
-    sw->Process(s1.sent[i], out);
+    job.sw->Process(job.s1.sent[i], out);
     if (i == 0) continue;
-    const Verdict v = sw->Process(s0.sent[i], out);
+    const Verdict v = job.sw->Process(job.s0.sent[i], out);
     ASSERT_EQ(v.action, Action::kSendToAll);
-    e1.OnPacket(std::span(out.data(), v.out_bytes), now, s1);
+    job.e1.OnPacket(std::span(out.data(), v.out_bytes), now, job.s1);
     to0.emplace_back(out.begin(), out.begin() + long(v.out_bytes));
   }
   // The switch NACKs rank 0 (its newer packets came): it resends at once...
-  now = sw->NextTimer();
+  now = job.sw->NextTimer();
   ASSERT_LT(now, milliseconds(1));
-  const Verdict nack = sw->NextTimerPacket(now, out);
+  const Verdict nack = job.sw->NextTimerPacket(now, out);
   ASSERT_EQ(nack.action, Action::kNackToMissing);
-  e0.OnPacket(std::span(out.data(), nack.out_bytes), now, s0);
-  ASSERT_EQ(s0.sent.size(), 5u);
-  EXPECT_TRUE(IsResendOf(s0.sent[4], s0.sent[0]));
+  job.e0.OnPacket(std::span(out.data(), nack.out_bytes), now, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 5u);
+  EXPECT_TRUE(IsResendOf(job.s0.sent[4], job.s0.sent[0]));
   // ...and, in the same nanosecond, slot 1's result comes: slot 0 is asked
   // about, after the resend.
-  e0.OnPacket(to0[0], now, s0);
-  ASSERT_EQ(s0.sent.size(), 6u);
-  EXPECT_EQ(HeaderOf(s0.sent[5]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(s0.sent[5]).slot, 0);
+  job.e0.OnPacket(to0[0], now, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 6u);
+  EXPECT_EQ(HeaderOf(job.s0.sent[5]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(job.s0.sent[5]).slot, 0);
   // The resend is lost; the probe's answer lacks rank 0: it resends again.
-  const Verdict pending = sw->Process(s0.sent[5], out);
+  const Verdict pending = job.sw->Process(job.s0.sent[5], out);
   ASSERT_EQ(pending.action, Action::kPendingToSender);
-  e0.OnPacket(std::span(out.data(), pending.out_bytes), now + Nanos(1), s0);
-  ASSERT_EQ(s0.sent.size(), 7u);
-  EXPECT_TRUE(IsResendOf(s0.sent[6], s0.sent[0]));
-  EXPECT_EQ(e0.counters().retransmissions, 2u);
+  now += Nanos(1);
+  job.e0.OnPacket(std::span(out.data(), pending.out_bytes), now, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 7u);
+  EXPECT_TRUE(IsResendOf(job.s0.sent[6], job.s0.sent[0]));
+  EXPECT_EQ(job.e0.counters().retransmissions, 2u);
   // The rest without loss.
-  for (const auto& r : to0) e0.OnPacket(r, now + Nanos(1), s0);
-  size_t d0 = 6, d1 = 4;
-  for (int steps = 0; done < 2 && steps < 100; ++steps) {
-    for (; d0 < s0.sent.size() || d1 < s1.sent.size();) {
-      const bool from0 = d0 < s0.sent.size();
-      const Verdict v = sw->Process(from0 ? s0.sent[d0++] : s1.sent[d1++], out);
-      const std::span<const uint8_t> p(out.data(), v.out_bytes);
-      if (v.action == Action::kSendToAll) {
-        e0.OnPacket(p, now, s0);
-        e1.OnPacket(p, now, s1);
-      } else if (v.action != Action::kDrop) {
-        (from0 ? e0 : e1).OnPacket(p, now, from0 ? s0 : s1);
-      }
-    }
-  }
-  ASSERT_EQ(done, 2);
-  EXPECT_EQ(y0, y1);
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y0[i], 10) << i;
-  EXPECT_EQ(e1.counters().retransmissions, 0u);
+  for (const auto& r : to0) job.e0.OnPacket(r, now, job.s0);
+  job.d0 = 6;
+  job.d1 = 4;
+  job.Pump(now);
+  ASSERT_EQ(job.done, 2);
+  EXPECT_EQ(job.y0, job.y1);
+  for (size_t i = 0; i < job.x.size(); ++i) ASSERT_EQ(job.y0[i], 10) << i;
+  EXPECT_EQ(job.e1.counters().retransmissions, 0u);
 }
 
 // With a switch that takes exponent-only packets the descriptor round sends
