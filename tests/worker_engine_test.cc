@@ -118,7 +118,8 @@ struct TwoRankJob {
         y1(x.size()),
         out(PacketBytes(32)) {}
 
-  ::testing::AssertionResult Submit() {
+  // Submits the all-reduce on both ranks, and each sends what it may at time 0.
+  ::testing::AssertionResult Start() {
     auto finish = [this](OpId, const Status& s) {
       EXPECT_TRUE(s.ok());
       ++done;
@@ -127,6 +128,8 @@ struct TwoRankJob {
         !e1.Submit(x.data(), y1.data(), x.size(), DType::kInt32, finish).ok()) {
       return ::testing::AssertionFailure() << "Submit failed";
     }
+    e0.OnTimer(Nanos(0), s0);
+    e1.OnTimer(Nanos(0), s1);
     return ::testing::AssertionSuccess();
   }
 
@@ -355,9 +358,7 @@ TEST(WorkerEngine, ANackResendsTheLostPacketAtOnceAndOnlyFromTheRankItNames) {
   std::vector<int32_t> input(8 * 32);
   for (size_t i = 0; i < input.size(); ++i) input[i] = int32_t(i);
   TwoRankJob job(Config(2, 0, 8), Config(2, 1, 8), input);
-  ASSERT_TRUE(job.Submit());
-  job.e0.OnTimer(Nanos(0), job.s0);
-  job.e1.OnTimer(Nanos(0), job.s1);
+  ASSERT_TRUE(job.Start());
   ASSERT_EQ(job.s0.sent.size(), 8u);
   ASSERT_EQ(job.s1.sent.size(), 8u);
   // Rank 0's first packet (slot 0 of the descriptor round) is lost.
@@ -619,8 +620,9 @@ TEST(WorkerEngine, WithProbesATimeoutAsksTheSwitchAndOnlyAMissingRankResends) {
 // Every rank sends in chunk order over links that keep order, so the switch
 // completes slots in that order: a result for a later packet means that an
 // earlier one still waiting lost its result (or waits on a lost
-// contribution). The engine probes it then, not at its timeout.
-TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
+// contribution). A result names the one the switch sent before it; one this
+// rank still waits for is asked for at once, not at its timeout.
+TEST(WorkerEngine, AResultNamedLostIsProbedAtOnceAndWalkedBack) {
   auto sw = SwitchWithJob(1, 4);
   WorkerEngine e(ProbingConfig(1, 0, 4));
   RecordingSink sink;
@@ -644,42 +646,40 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
   const Nanos at = std::chrono::microseconds(10);
   EXPECT_TRUE(HeaderOf(results[2]).names_previous);
   e.OnPacket(results[2], at, sink);
-  // Two probes, first for the result named lost; the next round waits for
-  // slot 0 (packets go in chunk order).
-  ASSERT_EQ(sink.sent.size(), 6u);
+  // A probe for the result named lost. Slot 0 leaves the window but is not
+  // asked about yet: a gap mostly waits on another rank's resend, which the
+  // switch's NACK brings; its timer asks if its result has not come by the
+  // answer time. The next round waits for slot 0 (packets go in chunk order).
+  ASSERT_EQ(sink.sent.size(), 5u);
   EXPECT_EQ(HeaderOf(sink.sent[4]).type, MessageType::kProbe);
   EXPECT_EQ(HeaderOf(sink.sent[4]).slot, 1);
-  EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, 0);
-  EXPECT_EQ(e.counters().probes_sent, 2u);
+  EXPECT_EQ(e.counters().probes_sent, 1u);
   EXPECT_EQ(e.counters().results_named_lost, 1u);
+  EXPECT_GT(e.NextDeadline(), at);
   // Slot 3's result comes too: nothing more to probe.
   e.OnPacket(results[3], at, sink);
-  EXPECT_EQ(e.counters().probes_sent, 2u);
-  // The switch answers each probe with the result it still holds.
-  for (size_t i : {4, 5}) {
-    const Verdict v = sw->Process(sink.sent[i], out);
-    ASSERT_EQ(v.action, Action::kReplyToSender);
-    e.OnPacket(std::span(out.data(), v.out_bytes), at, sink);
-  }
-  // Slot 1's result, resent, named slot 0's, which was lost too, and asked
-  // for it again (the earlier probe may have reached the switch before the
-  // slot completed). Slot 3's named slot 2's, which this rank has; and
-  // naming a slot in the version it does not wait in (slot 2 waits in
-  // version 1 now) asks for nothing either.
+  EXPECT_EQ(e.counters().probes_sent, 1u);
+  // The switch answers the probe with the result it still holds.
+  const Verdict answer = sw->Process(sink.sent[4], out);
+  ASSERT_EQ(answer.action, Action::kReplyToSender);
+  e.OnPacket(std::span(out.data(), answer.out_bytes), at, sink);
+  // Slot 1's result, resent, named slot 0's, which was lost too: asked for
+  // at once. Slot 3's named slot 2's, which this rank has; and naming a slot
+  // in the version it does not wait in (slot 2 waits in version 1 now) asks
+  // for nothing either.
   EXPECT_EQ(e.counters().results_named_lost, 2u);
-  ASSERT_EQ(e.counters().probes_sent, 3u);
-  EXPECT_EQ(HeaderOf(sink.sent[6]).type, MessageType::kProbe);
-  EXPECT_EQ(HeaderOf(sink.sent[6]).slot, 0);
+  ASSERT_EQ(e.counters().probes_sent, 2u);
+  EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, 0);
   PacketHeader named = HeaderOf(results[3]);
   ASSERT_TRUE(named.names_previous);
   ASSERT_EQ(named.rank, 2);
   ASSERT_EQ(named.previous_version, 0);
   e.OnPacket(results[3], at, sink);
-  EXPECT_EQ(e.counters().probes_sent, 3u);
+  EXPECT_EQ(e.counters().probes_sent, 2u);
   EXPECT_EQ(e.counters().results_named_lost, 2u);
   // The rest without loss.
-  for (size_t d = 6; d < sink.sent.size(); ++d) {
+  for (size_t d = 5; d < sink.sent.size(); ++d) {
     const Verdict v = sw->Process(sink.sent[d], out);
     if (v.action != Action::kDrop) e.OnPacket(std::span(out.data(), v.out_bytes), at, sink);
   }
@@ -688,54 +688,96 @@ TEST(WorkerEngine, AResultForALaterPacketProbesTheEarlierOnesStillWaiting) {
   EXPECT_EQ(e.counters().retransmissions, 0u);
 }
 
-// A probe that goes in the same nanosecond as a resend, after it, follows it
-// on the link: a pending reply that still lacks this rank says the resend
+// A slot still waiting when a later packet's result comes (a gap) mostly
+// waits on another rank's resend, which the switch's NACK brings: the ranks
+// that contributed leave it out of the window at once, but ask about it only
+// if its result has not come within the answer time.
+TEST(WorkerEngine, AGapIsProbedOnlyIfItsResultDoesNotComeWithinTheAnswerTime) {
+  TwoRankJob job(ProbingConfig(2, 0, 4), ProbingConfig(2, 1, 4), std::vector<int32_t>(4 * 32, 3));
+  ASSERT_TRUE(job.Start());
+  ASSERT_EQ(job.s1.sent.size(), 4u);
+  // Rank 1's packet of slot 0 is lost; slots 1-3 complete.
+  job.d1 = 1;
+  const Nanos at = std::chrono::microseconds(5);
+  job.Pump(at);
+  EXPECT_EQ(job.e0.counters().results_accepted, 3u);
+  EXPECT_EQ(job.e0.counters().probes_sent, 0u);
+  EXPECT_EQ(job.e1.counters().probes_sent, 0u);
+  ASSERT_EQ(job.s0.sent.size(), 4u);  // the next round waits for slot 0
+  // No result by rank 0's timer: it asks, and hears that rank 1 is missing.
+  const Nanos asked = job.e0.NextDeadline();
+  ASSERT_GT(asked, at);
+  job.e0.OnTimer(asked, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 5u);
+  EXPECT_EQ(HeaderOf(job.s0.sent[4]).type, MessageType::kProbe);
+  EXPECT_EQ(HeaderOf(job.s0.sent[4]).slot, 0);
+  job.Pump(asked);
+  EXPECT_EQ(job.e0.counters().pending_received, 1u);
+  EXPECT_EQ(job.e0.counters().retransmissions, 0u);
+  // The switch NACKs rank 1 (its newer packets came): it resends, and the
+  // slot completes.
+  const Nanos nacked = job.sw->NextTimer();
+  for (Verdict v; (v = job.sw->NextTimerPacket(nacked, job.out)).action != Action::kDrop;) {
+    job.Deliver(v, nacked);
+  }
+  EXPECT_EQ(job.e1.counters().retransmissions, 1u);
+  job.Pump(nacked);
+  ASSERT_EQ(job.done, 2);
+  EXPECT_EQ(job.y0, job.y1);
+  for (size_t i = 0; i < job.x.size(); ++i) ASSERT_EQ(job.y0[i], 6) << i;
+  EXPECT_EQ(job.e0.counters().retransmissions, 0u);
+  EXPECT_EQ(job.e1.counters().probes_sent, 0u);
+}
+
+// A probe follows the packets sent before it on the link: a pending reply
+// to a probe sent after a resend that still lacks this rank says the resend
 // was lost too, and the packet goes again at once (not when the slot's
-// timer fires).
-TEST(WorkerEngine, APendingReplyToAProbeSentJustAfterAResendResendsAgain) {
+// timer fires). The slot records that order, not the times: a probe and a
+// resend may go in the same nanosecond.
+TEST(WorkerEngine, APendingReplyToAProbeSentAfterAResendResendsAgain) {
   TwoRankJob job(ProbingConfig(2, 0, 4), ProbingConfig(2, 1, 4), std::vector<int32_t>(4 * 32, 5));
-  ASSERT_TRUE(job.Submit());
-  job.e0.OnTimer(Nanos(0), job.s0);
-  job.e1.OnTimer(Nanos(0), job.s1);
+  ASSERT_TRUE(job.Start());
   ASSERT_EQ(job.s0.sent.size(), 4u);
-  auto& out = job.out;
   // Rank 0's packet of slot 0 is lost; slots 1-3 complete, and their
   // results wait on the way to rank 0.
   Nanos now = std::chrono::microseconds(5);
   job.sw->AdvanceClock(now);
   std::vector<std::vector<uint8_t>> to0;
   for (size_t i = 0; i < 4; ++i) {
-    job.sw->Process(job.s1.sent[i], out);
+    job.sw->Process(job.s1.sent[i], job.out);
     if (i == 0) continue;
-    const Verdict v = job.sw->Process(job.s0.sent[i], out);
+    const Verdict v = job.sw->Process(job.s0.sent[i], job.out);
     ASSERT_EQ(v.action, Action::kSendToAll);
-    job.e1.OnPacket(std::span(out.data(), v.out_bytes), now, job.s1);
-    to0.emplace_back(out.begin(), out.begin() + long(v.out_bytes));
+    job.e1.OnPacket(std::span(job.out.data(), v.out_bytes), now, job.s1);
+    to0.emplace_back(job.out.begin(), job.out.begin() + long(v.out_bytes));
   }
-  // The switch NACKs rank 0 (its newer packets came): it resends at once...
+  // The switch NACKs rank 0 (its newer packets came): it resends at once,
+  // and the resend is lost.
   now = job.sw->NextTimer();
   ASSERT_LT(now, milliseconds(1));
-  const Verdict nack = job.sw->NextTimerPacket(now, out);
+  const Verdict nack = job.sw->NextTimerPacket(now, job.out);
   ASSERT_EQ(nack.action, Action::kNackToMissing);
-  job.e0.OnPacket(std::span(out.data(), nack.out_bytes), now, job.s0);
+  job.e0.OnPacket(std::span(job.out.data(), nack.out_bytes), now, job.s0);
   ASSERT_EQ(job.s0.sent.size(), 5u);
   EXPECT_TRUE(IsResendOf(job.s0.sent[4], job.s0.sent[0]));
-  // ...and, in the same nanosecond, slot 1's result comes: slot 0 is asked
-  // about, after the resend.
-  job.e0.OnPacket(to0[0], now, job.s0);
+  // The later slots' results come: slot 0 is a gap, asked about at its
+  // timer, after the resend.
+  for (const auto& r : to0) job.e0.OnPacket(r, now, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 5u);
+  now = job.e0.NextDeadline();
+  job.e0.OnTimer(now, job.s0);
   ASSERT_EQ(job.s0.sent.size(), 6u);
   EXPECT_EQ(HeaderOf(job.s0.sent[5]).type, MessageType::kProbe);
   EXPECT_EQ(HeaderOf(job.s0.sent[5]).slot, 0);
-  // The resend is lost; the probe's answer lacks rank 0: it resends again.
-  const Verdict pending = job.sw->Process(job.s0.sent[5], out);
+  // The probe's answer lacks rank 0: it resends again.
+  const Verdict pending = job.sw->Process(job.s0.sent[5], job.out);
   ASSERT_EQ(pending.action, Action::kPendingToSender);
   now += Nanos(1);
-  job.e0.OnPacket(std::span(out.data(), pending.out_bytes), now, job.s0);
+  job.e0.OnPacket(std::span(job.out.data(), pending.out_bytes), now, job.s0);
   ASSERT_EQ(job.s0.sent.size(), 7u);
   EXPECT_TRUE(IsResendOf(job.s0.sent[6], job.s0.sent[0]));
   EXPECT_EQ(job.e0.counters().retransmissions, 2u);
   // The rest without loss.
-  for (const auto& r : to0) job.e0.OnPacket(r, now, job.s0);
   job.d0 = 6;
   job.d1 = 4;
   job.Pump(now);

@@ -52,8 +52,9 @@
 // round trip plus the packets queued ahead, not the wait for other ranks;
 // the answer time, ResultTimeout(), where the switch answers with
 // the result at once: a result named it lost, or a pending reply lacked
-// this rank alone), when a later packet's result comes first (the switch
-// completes slots in chunk order), when a later packet's result shows a probe or resend lost
+// this rank alone), when a later packet's result came first (the switch
+// completes slots in chunk order) and its own has not come within the
+// answer time since (WatchGaps()), when a later packet's result shows a probe or resend lost
 // (Recheck()), when the slot holds up the next packet in chunk order and was
 // shown to wait on a recovery, and when a NACK does not prove its packet lost. Without probes (a P4
 // switch) a slot's timeout resends it: the smoothed round trip plus four deviations (RFC 6298), at
@@ -307,9 +308,10 @@ class WorkerEngine {
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
   Nanos TailProbeTimeout() const;
-  // A result came for send position `position`: probes the earlier slots
-  // still waiting (see the .cc).
-  void ProbeGaps(uint64_t position, Nanos now, PacketSink& sink);
+  // A result came for send position `position`: the earlier slots still
+  // waiting leave the window, and are probed if their results do not come
+  // within the answer time (paced: at once; see the .cc).
+  void WatchGaps(uint64_t position, Nanos now, PacketSink& sink);
   // A later packet's result shows the slot waits on a loss recovery (of its
   // packet, its result or another rank's packet), or it was resent: its
   // packet no longer counts against the window, so the others keep the link
