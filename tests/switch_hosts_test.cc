@@ -274,6 +274,40 @@ TEST(SwitchTree, ARackSwitchThatStopsFailsEveryRankNamingIt) {
   ExpectAStoppedSwitchFailsEveryRank(configs, *rack_a, Address(*rack_a));
 }
 
+// A rank that leaves ends the job only as one switch would: after the grace
+// for its peers' last results, naming it. Its worker's stream, closed, must
+// not read as the rack switch losing its upstream (that ended the rack's job
+// at once, failing a rack-mate still fetching its last result).
+TEST(SwitchTree, ARankThatLeavesEndsTheJobOnlyAsOneSwitchWould) {
+  auto root = StartSwitch();
+  ASSERT_TRUE(root);
+  auto rack_a = StartRackSwitch(*root);
+  auto rack_b = StartRackSwitch(*root);
+  ASSERT_TRUE(rack_a && rack_b);
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < 4; ++r) {
+    configs.push_back(WorkerConfig(r < 2 ? *rack_a : *rack_b, "leaves", r, 4));
+    configs.back().failure_timeout_ms = 600000;
+  }
+  auto contexts = StartAll(configs);
+  for (auto& c : contexts) ASSERT_NE(c, nullptr);
+  std::vector<float> x(10000, 1.0f);
+  ForEachRank(4, [&](size_t r) {
+    std::vector<float> mine = x;
+    EXPECT_TRUE(
+        contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32).ok());
+    EXPECT_EQ(mine[0], 4.0f);
+  });
+  contexts[3]->Stop();  // rank 3 leaves; rank 2 shares its rack switch
+  ForEachRank(3, [&](size_t r) {
+    std::vector<float> mine = x;
+    const Status s = contexts[r]->AllReduce(mine.data(), mine.data(), mine.size(), DType::kFloat32);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("rank 3 left job 'leaves'"), std::string::npos)
+        << r << ": " << s.message();
+  });
+}
+
 TEST(SwitchTree, ARankMissingAnywhereTimesTheJoinOutEverywhere) {
   auto root = StartSwitch();
   ASSERT_TRUE(root);

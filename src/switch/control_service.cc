@@ -466,7 +466,10 @@ void ControlService::RelayUpstream(std::shared_ptr<JobRecord> job, uint16_t rank
   });
   Lock lock(mu_);
   job->relay->done[rank] = true;
-  if (!job->ended) {
+  // A rank that left on purpose ends its own upstream call (its worker closes
+  // its stream and gRPC propagates that); the upstream already has its Leave,
+  // and its rack-mates may still be fetching their last results.
+  if (!job->ended && !job->departed[rank]) {
     job->relay->ended_upstream = true;
     EndLocked(job, -1, "lost the " + relay_->name() + ": " + end.message());
   }
