@@ -611,8 +611,10 @@ TEST(WorkerEngine, WithProbesATimeoutAsksTheSwitchAndOnlyAMissingRankResends) {
     ASSERT_EQ(v.action, Action::kPendingToSender);
     e.OnPacket(std::span(out.data(), v.out_bytes), milliseconds(1), sink);
   }
-  ASSERT_EQ(sink.sent.size(), 5u);
+  ASSERT_EQ(sink.sent.size(), 6u);
   EXPECT_TRUE(IsResendOf(sink.sent[4], sink.sent[0]));
+  EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);  // right behind the resend
+  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, HeaderOf(sink.sent[0]).slot);
   EXPECT_EQ(e.counters().retransmissions, 1u);
   EXPECT_EQ(e.counters().pending_received, 2u);
 }
@@ -726,15 +728,15 @@ TEST(WorkerEngine, AGapIsProbedOnlyIfItsResultDoesNotComeWithinTheAnswerTime) {
   EXPECT_EQ(job.y0, job.y1);
   for (size_t i = 0; i < job.x.size(); ++i) ASSERT_EQ(job.y0[i], 6) << i;
   EXPECT_EQ(job.e0.counters().retransmissions, 0u);
-  EXPECT_EQ(job.e1.counters().probes_sent, 0u);
+  EXPECT_EQ(job.e1.counters().probes_sent, 1u);  // the one behind its resend
 }
 
-// A probe follows the packets sent before it on the link: a pending reply
-// to a probe sent after a resend that still lacks this rank says the resend
-// was lost too, and the packet goes again at once (not when the slot's
-// timer fires). The slot records that order, not the times: a probe and a
-// resend may go in the same nanosecond.
-TEST(WorkerEngine, APendingReplyToAProbeSentAfterAResendResendsAgain) {
+// A probe follows the packets sent before it on the link: a resend goes
+// with a probe right behind it, and a pending reply to that probe that still
+// lacks this rank says the resend was lost too; the packet goes again at
+// once (not when the slot's timer fires, nor after the answer time). The
+// slot records that order, not the times: the two go in the same nanosecond.
+TEST(WorkerEngine, AResendGoesWithAProbeWhosePendingReplyResendsAgain) {
   TwoRankJob job(ProbingConfig(2, 0, 4), ProbingConfig(2, 1, 4), std::vector<int32_t>(4 * 32, 5));
   ASSERT_TRUE(job.Start());
   ASSERT_EQ(job.s0.sent.size(), 4u);
@@ -752,30 +754,27 @@ TEST(WorkerEngine, APendingReplyToAProbeSentAfterAResendResendsAgain) {
     to0.emplace_back(job.out.begin(), job.out.begin() + long(v.out_bytes));
   }
   // The switch NACKs rank 0 (its newer packets came): it resends at once,
-  // and the resend is lost.
+  // a probe of the slot right behind, and the resend is lost.
   now = job.sw->NextTimer();
   ASSERT_LT(now, milliseconds(1));
   const Verdict nack = job.sw->NextTimerPacket(now, job.out);
   ASSERT_EQ(nack.action, Action::kNackToMissing);
   job.e0.OnPacket(std::span(job.out.data(), nack.out_bytes), now, job.s0);
-  ASSERT_EQ(job.s0.sent.size(), 5u);
-  EXPECT_TRUE(IsResendOf(job.s0.sent[4], job.s0.sent[0]));
-  // The later slots' results come: slot 0 is a gap, asked about at its
-  // timer, after the resend.
-  for (const auto& r : to0) job.e0.OnPacket(r, now, job.s0);
-  ASSERT_EQ(job.s0.sent.size(), 5u);
-  now = job.e0.NextDeadline();
-  job.e0.OnTimer(now, job.s0);
   ASSERT_EQ(job.s0.sent.size(), 6u);
+  EXPECT_TRUE(IsResendOf(job.s0.sent[4], job.s0.sent[0]));
   EXPECT_EQ(HeaderOf(job.s0.sent[5]).type, MessageType::kProbe);
   EXPECT_EQ(HeaderOf(job.s0.sent[5]).slot, 0);
-  // The probe's answer lacks rank 0: it resends again.
+  // The later slots' results come; nothing more is sent for slot 0 yet.
+  for (const auto& r : to0) job.e0.OnPacket(r, now, job.s0);
+  ASSERT_EQ(job.s0.sent.size(), 6u);
+  // The probe's answer lacks rank 0: it resends again (with a probe).
   const Verdict pending = job.sw->Process(job.s0.sent[5], job.out);
   ASSERT_EQ(pending.action, Action::kPendingToSender);
   now += Nanos(1);
   job.e0.OnPacket(std::span(job.out.data(), pending.out_bytes), now, job.s0);
-  ASSERT_EQ(job.s0.sent.size(), 7u);
+  ASSERT_EQ(job.s0.sent.size(), 8u);
   EXPECT_TRUE(IsResendOf(job.s0.sent[6], job.s0.sent[0]));
+  EXPECT_EQ(HeaderOf(job.s0.sent[7]).type, MessageType::kProbe);
   EXPECT_EQ(job.e0.counters().retransmissions, 2u);
   // The rest without loss.
   job.d0 = 6;

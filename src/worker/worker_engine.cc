@@ -668,6 +668,11 @@ void WorkerEngine::AskIfUnsure(Slot& slot, uint16_t index, Nanos now, PacketSink
 void WorkerEngine::ResendBeforeTimeout(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
   Retransmit(slot, index, now, sink);
   ++counters_.fast_retransmissions;
+  // A probe right behind the resend, on the same link: a pending reply that
+  // still lacks this rank proves the resend lost a round trip later
+  // (OnStallReport), where a NACK cannot (it may predate the resend).
+  // (Paced engines keep their measured timers.)
+  if (config_.switch_answers_probes && !pacing()) Probe(slot, index, now, sink);
   slot.deadline = now + (slot.due_at_once ? ResultTimeout() : SlotTimeout());
   next_scan_ = std::min(next_scan_, slot.deadline);
 }

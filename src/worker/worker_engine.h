@@ -56,7 +56,10 @@
 // completes slots in chunk order) and its own has not come within the
 // answer time since (WatchGaps()), when a later packet's result shows a probe or resend lost
 // (Recheck()), when the slot holds up the next packet in chunk order and was
-// shown to wait on a recovery, and when a NACK does not prove its packet lost. Without probes (a P4
+// shown to wait on a recovery, and when a NACK does not prove its packet lost.
+// Unpaced, a resend goes with a probe right behind it on the same link: a
+// pending reply that still lacks this rank proves the resend lost a round
+// trip later, where a NACK cannot (it may predate the resend). Without probes (a P4
 // switch) a slot's timeout resends it: the smoothed round trip plus four deviations (RFC 6298), at
 // least twice the round trip, floored in microseconds, and a NACK without proof resends after two
 // smoothed round trips. Only a timeout with no answer from the switch at all backs off: a random
