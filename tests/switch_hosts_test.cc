@@ -260,18 +260,25 @@ TEST(SwitchTree, TwoRacksUnderAnUpstreamEqualOneSwitchBitwise) {
   }
 }
 
+// The configurations of a 4-rank job `job`, ranks 0 and 1 at rack A, 2 and 3
+// at rack B.
+std::vector<ContextConfig> FourRanksOnTwoRacks(const SwitchServer& rack_a,
+                                               const SwitchServer& rack_b, const std::string& job) {
+  std::vector<ContextConfig> configs;
+  for (uint32_t r = 0; r < 4; ++r)
+    configs.push_back(WorkerConfig(r < 2 ? rack_a : rack_b, job, r, 4));
+  return configs;
+}
+
 TEST(SwitchTree, ARackSwitchThatStopsFailsEveryRankNamingIt) {
   auto root = StartSwitch();
   ASSERT_TRUE(root);
   auto rack_a = StartRackSwitch(*root);
   auto rack_b = StartRackSwitch(*root);
   ASSERT_TRUE(rack_a && rack_b);
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < 4; ++r) {
-    configs.push_back(WorkerConfig(r < 2 ? *rack_a : *rack_b, "rack-dies", r, 4));
-  }
   // Rack A's ranks lose their switch; rack B's hear it from the upstream.
-  ExpectAStoppedSwitchFailsEveryRank(configs, *rack_a, Address(*rack_a));
+  ExpectAStoppedSwitchFailsEveryRank(FourRanksOnTwoRacks(*rack_a, *rack_b, "rack-dies"), *rack_a,
+                                     Address(*rack_a));
 }
 
 // A rank that leaves ends the job only as one switch would: after the grace
@@ -284,11 +291,8 @@ TEST(SwitchTree, ARankThatLeavesEndsTheJobOnlyAsOneSwitchWould) {
   auto rack_a = StartRackSwitch(*root);
   auto rack_b = StartRackSwitch(*root);
   ASSERT_TRUE(rack_a && rack_b);
-  std::vector<ContextConfig> configs;
-  for (uint32_t r = 0; r < 4; ++r) {
-    configs.push_back(WorkerConfig(r < 2 ? *rack_a : *rack_b, "leaves", r, 4));
-    configs.back().failure_timeout_ms = 600000;
-  }
+  std::vector<ContextConfig> configs = FourRanksOnTwoRacks(*rack_a, *rack_b, "leaves");
+  for (auto& c : configs) c.failure_timeout_ms = 600000;
   auto contexts = StartAll(configs);
   for (auto& c : contexts) ASSERT_NE(c, nullptr);
   std::vector<float> x(10000, 1.0f);
