@@ -886,6 +886,50 @@ TEST(WorkerEngine, AResultForAPacketSentAfterAnUnansweredProbeAsksAgain) {
   EXPECT_EQ(e.counters().retransmissions, 0u);
 }
 
+// Slot 0's probes are lost, rank 1 never sends: the times of rank 0's first
+// three probes of slot 0, where the switch answers its probes of slot 1 (with
+// pending replies) or answers nothing at all.
+std::vector<Nanos> ProbeTimesOfSlot0(bool switch_answers_slot1) {
+  auto sw = SwitchWithJob(2, 2);
+  WorkerEngine e(ProbingConfig(2, 0, 2));
+  RecordingSink sink;
+  std::vector<int32_t> x(2 * 32), y(x.size());
+  EXPECT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, {}).ok());
+  std::vector<uint8_t> out(PacketBytes(32));
+  std::vector<Nanos> probes;
+  size_t delivered = 0;
+  for (Nanos now(0); probes.size() < 3 && now < milliseconds(50); now = e.NextDeadline()) {
+    e.OnTimer(now, sink);
+    for (; delivered < sink.sent.size(); ++delivered) {
+      const PacketHeader h = HeaderOf(sink.sent[delivered]);
+      if (h.type == MessageType::kProbe && h.slot == 0) probes.push_back(now);
+      if (h.type == MessageType::kProbe && (h.slot == 0 || !switch_answers_slot1)) continue;
+      const Verdict v = sw->Process(sink.sent[delivered], out);
+      if (v.action == Action::kPendingToSender) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+      }
+    }
+  }
+  EXPECT_EQ(e.counters().retransmissions, 0u);
+  return probes;
+}
+
+// A probe that goes unanswered while the switch answers this rank's other
+// slots was lost (or its answer was): a random loss, asked about again after
+// the same wait. Only while the switch answers nothing does the wait double.
+// (At an operation's end no later result shows such a probe lost, and each
+// doubling would hold up the whole job.)
+TEST(WorkerEngine, AProbeLostWhileTheSwitchAnswersIsAskedAgainWithoutBackingOff) {
+  const std::vector<Nanos> answering = ProbeTimesOfSlot0(true);
+  ASSERT_EQ(answering.size(), 3u);
+  EXPECT_GT(answering[1] - answering[0], Nanos(0));
+  EXPECT_EQ(answering[2] - answering[1], answering[1] - answering[0]);
+  const std::vector<Nanos> silent = ProbeTimesOfSlot0(false);
+  ASSERT_EQ(silent.size(), 3u);
+  EXPECT_EQ(silent[1] - silent[0], answering[1] - answering[0]);
+  EXPECT_EQ(silent[2] - silent[1], 2 * (silent[1] - silent[0]));
+}
+
 // Pacing at the link rate: a packet leaves once the link is free of all but
 // kPacingBurst of the packets before it, a timer sends the next ones as the
 // link frees, the pool (not a measured window) bounds the packets in flight,

@@ -277,7 +277,8 @@ class WorkerEngine {
   // The header fields every packet of this slot's current round shares.
   PacketHeader SlotHeader(const Slot& slot, uint16_t index, MessageType type) const;
   // Asks the switch for the slot's state (a kProbe: its result, or which
-  // ranks it misses).
+  // ranks it misses), and again if no answer comes within the path's round
+  // trip (doubling that wait only while the switch sends nothing).
   void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // How long the switch takes to answer this rank at most: twice the least
   // round trip plus the packets queued ahead (the results due, at the
