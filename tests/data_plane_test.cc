@@ -323,6 +323,38 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   EXPECT_EQ(dp_->counters().header_copies, 3u);
 }
 
+// A whole packet's copy flagged kFlagCopy (the descriptor sent twice after a
+// loss): ignored like a header copy where the first counted, counted in
+// where the first was lost, and stale where the slot moved on.
+TEST_F(DataPlaneTest, AFlaggedCopyOfAWholePacketCountsOnceAndIsNeverAnswered) {
+  Register(1, 2);
+  auto copy_of = [](std::vector<uint8_t> b) {
+    b[kFlagsOffset] |= kFlagCopy;
+    return b;
+  };
+  const std::vector<uint8_t> first = Packet(1, 0, 0, 0, 0, {1, 2, 3, 4});
+  EXPECT_EQ(dp_->Process(first, out_).action, Action::kDrop);
+  const Verdict copy = dp_->Process(copy_of(first), out_);
+  EXPECT_EQ(copy.action, Action::kDrop);
+  EXPECT_EQ(copy.reason, DropReason::kNone);
+  EXPECT_EQ(copy.out_bytes, 0u);
+  EXPECT_EQ(dp_->counters().header_copies, 1u);
+  EXPECT_EQ(dp_->counters().pending_replies, 0u);
+  // Rank 1's first was lost: its copy counts in and completes the slot,
+  // once (rank 0's copy came while the slot aggregated: twice).
+  const Verdict result = Keep(dp_->Process(copy_of(Packet(1, 1, 0, 0, 0, {10, 20, 30, 40})), out_));
+  ASSERT_EQ(result.action, Action::kSendToAll);
+  EXPECT_EQ(result.copies, 2);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{11, 22, 33, 44}));
+  EXPECT_EQ(dp_->counters().contributions, 2u);
+  // A late copy needs no answer; once the slot moved on it is stale.
+  EXPECT_EQ(dp_->Process(copy_of(first), out_).action, Action::kDrop);
+  EXPECT_EQ(dp_->counters().header_copies, 2u);
+  for (uint16_t r = 0; r < 2; ++r) Send(1, r, 0, 1, 4, {});  // the slot's next chunk
+  EXPECT_EQ(dp_->Process(copy_of(first), out_).reason, DropReason::kStaleChunk);
+  EXPECT_EQ(dp_->counters().header_copies, 2u);
+}
+
 // Each result names the one the job's rank thread got before it (slot and
 // version in the rank field and flags, docs/wire-format.md "The previous
 // result"), so a worker that still waits for that one lost it; a resent

@@ -52,7 +52,7 @@ std::vector<std::vector<int32_t>> Inputs(uint16_t world, size_t count) {
 
 struct Counts {
   uint64_t engine_retransmissions = 0;
-  uint64_t redundant_headers = 0;   // second copies of exponent-only packets
+  uint64_t redundant_headers = 0;   // second copies of descriptor-round packets
   uint64_t results_named_lost = 0;  // a later result named one still awaited
   SimNetworkCounters net;
 };
@@ -198,10 +198,11 @@ TEST(LossRecovery, UnderOnePercentLossEightWorkersResendAboutWhatWasLost) {
 }
 
 // A loss in one operation makes every rank send the descriptor round's
-// headers twice in the one after next (the next one's descriptor agrees it),
-// where the copies take less link time than a round trip. The switch ignores
-// the copies and sends those results twice; none of it counts as a resend,
-// and the sums stay exact (RunThree checks them).
+// headers and slot 0's descriptor twice in the one after next (the next
+// one's descriptor agrees it), where the copies take less link time than a
+// round trip. The switch ignores the copies and sends those results twice;
+// none of it counts as a resend, and the sums stay exact (RunThree checks
+// them).
 TEST(LossRecovery, AfterALossEveryRankSendsTheHeadersTwice) {
   const uint16_t world = 33;
   auto c = SimCluster::Create(Options(world, Path{100, 20}, 0.001));
@@ -211,11 +212,11 @@ TEST(LossRecovery, AfterALossEveryRankSendsTheHeadersTwice) {
   ASSERT_GT(runs.all.engine_retransmissions, 0u);
   EXPECT_EQ(runs.all.net.retransmissions, runs.all.engine_retransmissions);
   EXPECT_EQ(runs.all.net.spurious_retransmissions, 0u);
-  // Every header of the third operation but slot 0's (which carries the
-  // descriptor), a second time, the same on every rank: it uses 128 slots
-  // (the window the ranks agreed in the second one).
+  // The third operation's descriptor round (slot 0's descriptor and the
+  // other slots' headers) a second time, the same on every rank: it uses 128
+  // slots (the window the ranks agreed in the second one).
   for (uint16_t r = 0; r < world; ++r) {
-    EXPECT_EQ(c.value()->worker(r).counters().redundant_headers, 127u) << "rank " << r;
+    EXPECT_EQ(c.value()->worker(r).counters().redundant_headers, 128u) << "rank " << r;
   }
   // Each copy the network delivered while its slot aggregated was ignored.
   EXPECT_GT(c.value()->data_plane().counters().header_copies, 0u);

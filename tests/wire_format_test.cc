@@ -105,7 +105,8 @@ TEST(WireFormat, RejectsTooManyElements) {
 TEST(WireFormat, RejectsReservedFlagsAndByte) {
   PacketView v;
   std::vector<uint8_t> b = Encode(SampleHeader(1));
-  // (Bits 3 and 4 of a result: AResultMayNameThePreviousOne.)
+  // (Bits 3 and 4 of a result: AResultMayNameThePreviousOne; bit 5 of a
+  // contribution: AContributionMayBeMarkedACopy.)
   for (uint8_t bit = 0x20; bit != 0; bit = uint8_t(bit << 1)) {
     b[18] |= bit;
     EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(bit);
@@ -160,6 +161,33 @@ TEST(WireFormat, AResultMayNameThePreviousOne) {
     h.names_previous = false;
     b = Encode(h);
     b[18] |= kFlagNamesPrevious;
+    EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(type);
+  }
+}
+
+// Bit 5: a contribution's copy sent with it; no other type is copied, and a
+// copy is not a resend.
+TEST(WireFormat, AContributionMayBeMarkedACopy) {
+  PacketHeader h = SampleHeader(1);
+  h.type = MessageType::kContribution;
+  h.copy = true;
+  std::vector<uint8_t> b = Encode(h);
+  EXPECT_EQ(b[18], kFlagVersionBit | kFlagCopy);
+  PacketView v;
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_TRUE(v.header.copy);
+  EXPECT_FALSE(v.header.resend);
+  b[18] |= kFlagResend;
+  EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags);
+  h.copy = false;
+  b = Encode(h);
+  ASSERT_EQ(DecodePacket(b, &v), DecodeError::kOk);
+  EXPECT_FALSE(v.header.copy);
+  for (MessageType type :
+       {MessageType::kResult, MessageType::kPending, MessageType::kNack, MessageType::kProbe}) {
+    h.type = type;
+    b = Encode(h);
+    b[18] |= kFlagCopy;
     EXPECT_EQ(DecodePacket(b, &v), DecodeError::kBadFlags) << int(type);
   }
 }

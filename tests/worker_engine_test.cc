@@ -981,5 +981,86 @@ TEST(WorkerEngine, PacingSpacesPacketsAtTheLinkRate) {
   EXPECT_EQ(e.counters().retransmissions + e.counters().probes_sent, 0u);
 }
 
+// One rank on a switch that takes exponent-only packets, 5 us away each way;
+// its first data packet of the first operation is lost. The second
+// operation's descriptor says so, and the third sends its descriptor round
+// twice: slot 0's descriptor and the other slots' headers, each copy right
+// after its first, flagged a copy and not a resend, the same bytes else.
+TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
+  constexpr uint16_t kSlots = 8;
+  auto sw = SwitchWithJob(1, kSlots);
+  WorkerEngineConfig config = ProbingConfig(1, 0, kSlots);
+  config.switch_accepts_exponent_only = true;
+  WorkerEngine e(config);
+  RecordingSink sink;
+  std::vector<int32_t> x(4 * kSlots * 32, 1), y(x.size());
+  std::vector<uint8_t> out(PacketBytes(32));
+  struct InFlight {
+    Nanos at;
+    std::vector<uint8_t> bytes;  // to the switch, or (empty) out's reply to the rank
+  };
+  const Nanos one_way = std::chrono::microseconds(5);
+  bool lost_one = false;
+  size_t sent = 0;
+  for (int op = 0; op < 3; ++op) {
+    const size_t op_start = sink.sent.size();
+    bool done = false;
+    ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& st) {
+                   EXPECT_TRUE(st.ok());
+                   done = true;
+                 }).ok());
+    std::vector<InFlight> links;  // in order of arrival: both ways take one_way
+    Nanos now = e.NextDeadline();
+    while (!done && now < milliseconds(100)) {
+      e.OnTimer(now, sink);
+      for (; sent < sink.sent.size(); ++sent) {
+        const PacketHeader h = HeaderOf(sink.sent[sent]);
+        if (!lost_one && op == 0 && h.element_count != 0 && h.chunk >= kSlots) {
+          lost_one = true;  // the first data packet
+          continue;
+        }
+        links.push_back({now + one_way, sink.sent[sent]});
+      }
+      for (size_t i = 0; i < links.size() && links[i].at <= now; ++i) {
+        InFlight arriving = std::move(links[i]);
+        links.erase(links.begin() + long(i--));
+        if (arriving.bytes.empty()) continue;
+        sw->AdvanceClock(arriving.at);
+        const Verdict v = sw->Process(arriving.bytes, out);
+        if (v.action == Action::kDrop) continue;
+        e.OnPacket(std::span(out.data(), v.out_bytes), arriving.at + one_way, sink);
+      }
+      now = std::min(e.NextDeadline(), links.empty() ? Nanos::max() : links.front().at);
+    }
+    ASSERT_TRUE(done) << "operation " << op;
+    if (op < 2) {
+      EXPECT_EQ(e.counters().redundant_headers, 0u);
+      continue;
+    }
+    // The third: round 0 of each of its slots twice, back to back, before
+    // anything else.
+    size_t pairs = 0;
+    for (size_t i = op_start; i + 1 < sink.sent.size(); i += 2, ++pairs) {
+      const PacketHeader first = HeaderOf(sink.sent[i]), copy = HeaderOf(sink.sent[i + 1]);
+      if (!copy.copy) break;
+      SCOPED_TRACE(pairs);
+      EXPECT_FALSE(first.copy);
+      EXPECT_FALSE(first.resend || copy.resend);
+      EXPECT_EQ(first.slot, pairs);
+      EXPECT_EQ(first.element_count, pairs == 0 ? 32 : 0);  // slot 0: the descriptor
+      std::vector<uint8_t> unflagged = sink.sent[i + 1];
+      unflagged[kFlagsOffset] &= uint8_t(~kFlagCopy);
+      EXPECT_EQ(unflagged, sink.sent[i]);
+    }
+    EXPECT_GE(pairs, 2u);
+    EXPECT_EQ(e.counters().redundant_headers, pairs);
+    for (size_t i = op_start + 2 * pairs; i < sink.sent.size(); ++i) {
+      EXPECT_FALSE(HeaderOf(sink.sent[i]).copy) << i;
+    }
+  }
+  EXPECT_TRUE(lost_one);
+  EXPECT_EQ(y, x);  // one rank: the sum is its input
+}
+
 }  // namespace
 }  // namespace switchml

@@ -517,6 +517,7 @@ size_t DataPlane::WritePending(const JobEntry& job, size_t slot, const PacketHea
   PacketHeader h = in;
   h.type = MessageType::kPending;
   h.authenticated = false;  // the transport signs what it sends
+  h.copy = false;           // only a contribution is a copy
   h.chunk = holds_chunk ? chunk_[slot] : in.chunk;
   h.element_count = words;
   h.exponent = 0;
@@ -756,13 +757,14 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
                  WriteResult(job, slot, h.rank, h.version, h.slot, out, true)};
 }
 
-// A second copy of a counted exponent-only contribution, sent with the first
-// (not a resend: its sender did not time out; a copy of an earlier chunk is
-// stale, as any other packet). Unlike a retransmission it says nothing about
-// a stall, and it needs no answer: the result goes to every rank anyway,
-// twice where copies came while the slot aggregated.
+// A second copy of a counted contribution, sent with the first: flagged
+// kFlagCopy, or (as workers before the flag sent them) an unflagged
+// exponent-only one. Not a resend: its sender did not time out; a copy of an
+// earlier chunk is stale, as any other packet. Unlike a retransmission it
+// says nothing about a stall, and it needs no answer: the result goes to
+// every rank anyway, twice where copies came while the slot aggregated.
 bool DataPlane::IsHeaderCopy(const PacketHeader& h, size_t slot) const {
-  return h.element_count == 0 && !h.resend && h.chunk == chunk_[slot];
+  return (h.copy || h.element_count == 0) && !h.resend && h.chunk == chunk_[slot];
 }
 
 Verdict DataPlane::OnHeaderCopy(JobEntry& job, size_t slot) {

@@ -136,10 +136,10 @@ struct DataPlaneCounters {
   // Stalled slots whose missing ranks were sent a kNack (each NACK counts once,
   // however many ranks it names).
   uint64_t nacks_sent = 0;
-  // Second copies of a counted exponent-only contribution that is not
-  // flagged as a resend (workers send the descriptor round's headers twice
-  // after a loss: docs/design.md §3), ignored. Not an event counter of the
-  // control protocol.
+  // Second copies of a counted contribution, sent with the first (flagged
+  // kFlagCopy, or unflagged exponent-only ones; never a resend): workers send
+  // the descriptor round twice after a loss (docs/design.md §3). Ignored.
+  // Not an event counter of the control protocol.
   uint64_t header_copies = 0;
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};

@@ -100,8 +100,9 @@ uint8_t* SimNetwork::TrackExchange(size_t rank, bool up, std::span<const uint8_t
   std::vector<uint8_t>& chunks = exchanges_[rank];
   if (chunks.size() <= chunk) chunks.resize(std::max<size_t>(2 * chunks.size(), chunk + 1), 0);
   uint8_t& flags = chunks[chunk];
-  // Only a flagged resend counts: a second copy sent with the first (an
-  // exponent-only header after a loss) is redundancy, not a retransmission.
+  // Only a flagged resend counts: a second copy sent with the first (the
+  // descriptor round after a loss, kFlagCopy) is redundancy, not a
+  // retransmission.
   const bool resend = (bytes[kFlagsOffset] & kFlagResend) != 0;
   if (up && resend && (flags & kExchangeSent)) {
     ++counters_.retransmissions;

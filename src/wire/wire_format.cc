@@ -45,10 +45,13 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   const uint16_t count = LoadBe16(p + 16);
   if (count > kMaxElementsPerPacket) return DecodeError::kTooManyElements;
   const uint8_t flags = p[kFlagsOffset];
-  // Only a result names a previous one, and a version goes with the name.
-  const uint8_t known = kFlagVersionBit | kFlagAuthenticated | kFlagResend |
-                        (type == uint8_t(MessageType::kResult) ? kFlagNamesPrevious : 0) |
-                        ((flags & kFlagNamesPrevious) ? kFlagPreviousVersion : 0);
+  // Only a result names a previous one, and a version goes with the name;
+  // only a contribution is copied, and a copy is not a resend.
+  const uint8_t known =
+      kFlagVersionBit | kFlagAuthenticated | kFlagResend |
+      (type == uint8_t(MessageType::kResult) ? kFlagNamesPrevious : 0) |
+      ((flags & kFlagNamesPrevious) ? kFlagPreviousVersion : 0) |
+      (type == uint8_t(MessageType::kContribution) && !(flags & kFlagResend) ? kFlagCopy : 0);
   if ((flags & ~known) != 0 || p[19] != 0) return DecodeError::kBadFlags;
   const bool authenticated = flags & kFlagAuthenticated;
   if (bytes.size() != PacketBytes(count) + (authenticated ? kAuthTagBytes : 0)) {
@@ -65,6 +68,7 @@ DecodeError DecodePacket(std::span<const uint8_t> bytes, PacketView* out) {
   h.version = flags & kFlagVersionBit;
   h.authenticated = authenticated;
   h.resend = flags & kFlagResend;
+  h.copy = flags & kFlagCopy;
   h.names_previous = flags & kFlagNamesPrevious;
   h.previous_version = (flags & kFlagPreviousVersion) ? 1 : 0;
   h.exponent = int16_t(LoadBe16(p + 20));
@@ -87,7 +91,8 @@ void EncodeHeader(const PacketHeader& h, std::span<uint8_t> dst) {
   p[kFlagsOffset] =
       uint8_t((h.version & kFlagVersionBit) | (h.authenticated ? kFlagAuthenticated : 0) |
               (h.resend ? kFlagResend : 0) | (h.names_previous ? kFlagNamesPrevious : 0) |
-              (h.names_previous && h.previous_version ? kFlagPreviousVersion : 0));
+              (h.names_previous && h.previous_version ? kFlagPreviousVersion : 0) |
+              (h.copy ? kFlagCopy : 0));
   p[19] = 0;
   StoreBe16(p + 20, uint16_t(h.exponent));
   StoreBe16(p + 22, uint16_t(h.next_exponent));

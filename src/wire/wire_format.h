@@ -18,7 +18,8 @@
 //                               kAuthTagBytes keyed MAC follows the payload;
 //                               bit 2: a contribution sent again; bit 3: a
 //                               result whose rank field names the previous
-//                               result, bit 4 that result's pool version
+//                               result, bit 4 that result's pool version;
+//                               bit 5: a contribution's copy, sent with it
 //   19     1    reserved        0
 //   20     2    exponent        int16: block exponent the values were scaled
 //                               with (0 for int32 and for descriptor rounds)
@@ -55,6 +56,11 @@ inline constexpr uint8_t kFlagResend = 0x04;
 // still waits for the named result lost it.
 inline constexpr uint8_t kFlagNamesPrevious = 0x08;
 inline constexpr uint8_t kFlagPreviousVersion = 0x10;
+// A contribution's second copy, sent right after the first (not a resend:
+// docs/wire-format.md, "Copies sent with the first"). A switch that counted
+// the first drops it without an answer; where the first was lost, it counts
+// in instead.
+inline constexpr uint8_t kFlagCopy = 0x20;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a
 // 16-byte Poly1305 tag (see src/net/packet_auth.h).
 inline constexpr size_t kAuthTagBytes = 28;
@@ -83,6 +89,7 @@ struct PacketHeader {
   uint8_t version = 0;         // the pool version bit, 0 or 1
   bool authenticated = false;  // a MAC follows the payload (see PacketAuthenticator)
   bool resend = false;         // a contribution sent before (kFlagResend)
+  bool copy = false;           // a contribution's copy sent with it (kFlagCopy)
   // A result: `rank` holds the slot of the previous result (kFlagNamesPrevious),
   // sent with pool version `previous_version`.
   bool names_previous = false;

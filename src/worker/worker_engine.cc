@@ -299,11 +299,12 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
                              PacketSink& sink) {
-  EmitPacket(slot, index, now, sink, false);
-  if (queue_.front().redundant_headers && WordsOf(slot, index) == 0) {
-    // After a loss: a lost header holds up its slot's data and every rank's
-    // data after it, and a second copy costs a header (docs/design.md §3).
-    EmitPacket(slot, index, now, sink, false);
+  EmitPacket(slot, index, now, sink, Transmission::kFirst);
+  if (queue_.front().redundant_headers && slot.round == 0) {
+    // After a loss: a lost header holds up its slot's data and this rank's
+    // data after it, a lost descriptor every rank's data (they wait for slot
+    // 0's result), and a second copy costs a header (docs/design.md §3).
+    EmitPacket(slot, index, now, sink, Transmission::kCopy);
     ++counters_.redundant_headers;
   }
   slot.outstanding = true;
@@ -328,10 +329,10 @@ uint16_t WorkerEngine::WordsOf(const Slot& slot, uint16_t index) const {
 }
 
 void WorkerEngine::EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink,
-                              bool resend) {
+                              Transmission how) {
   const size_t bytes = PacketBytes(WordsOf(slot, index));
   const std::span<uint8_t> buf = sink.Claim(bytes);
-  WritePacket(slot, index, buf.data(), resend);
+  WritePacket(slot, index, buf.data(), how);
   sink.Send(buf.first(bytes));
   Paced(bytes, now);
   ++counters_.packets_sent;
@@ -351,7 +352,7 @@ Nanos WorkerEngine::WireTime(size_t bytes) const {
 }
 
 void WorkerEngine::Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  EmitPacket(slot, index, now, sink, true);
+  EmitPacket(slot, index, now, sink, Transmission::kResend);
   ++counters_.retransmissions;
   saw_loss_ = true;
   ++slot.attempts;
@@ -402,7 +403,7 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   next_scan_ = std::min(next_scan_, slot.deadline);
 }
 
-void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, bool resend) {
+void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, Transmission how) {
   Op& op = queue_.front();
   const uint32_t k = config_.elements_per_packet;
   const bool is_float = op.dtype == DType::kFloat32;
@@ -450,7 +451,8 @@ void WorkerEngine::WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, b
   h.element_count = words;
   h.exponent = (is_float && slot.round > 0) ? slot.scale : 0;
   h.next_exponent = next_exponent;
-  h.resend = resend;
+  h.resend = how == Transmission::kResend;
+  h.copy = how == Transmission::kCopy;
   EncodeHeader(h, std::span<uint8_t>(buf, kHeaderBytes));
 }
 
@@ -1064,12 +1066,13 @@ Nanos WorkerEngine::ResultTimeout() const {
   return RoundTripAt(sizer_.max_rate_per_second());
 }
 
-bool WorkerEngine::HeaderCopiesPay(uint16_t headers) const {
+bool WorkerEngine::HeaderCopiesPay(uint16_t window) const {
   const double rate = sizer_.max_rate_per_second();  // whole packets per second
-  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return false;
+  if (rate <= 0 || sizer_.min_rtt() == Nanos::max() || window == 0) return false;
   const double header_s = double(kHeaderBytes + kFramingBytes) /
                           double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
-  return double(headers) * header_s * 1e9 < double(sizer_.min_rtt().count());
+  const double copies_s = 1 / rate + double(window - 1) * header_s;
+  return copies_s * 1e9 < double(sizer_.min_rtt().count());
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {

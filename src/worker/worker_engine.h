@@ -70,9 +70,10 @@
 // (config.switch_accepts_exponent_only), round 0 of every slot but slot 0 is
 // a header alone (its next_exponent); those take no room in the window.
 // Once a rank resent anything, the next descriptor round agrees that every
-// rank sends the operation after it such headers twice (where the copies
-// take less link time than a round trip): a lost one holds up its slot's
-// data and, as ranks send in chunk order, all their data after it.
+// rank sends the operation after it such headers, and slot 0's descriptor,
+// twice (the copy flagged kFlagCopy; where the copies take less link time
+// than a round trip): a lost one holds up its slot's data and, as ranks send
+// in chunk order, all their data after it (the descriptor's: every rank's).
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -206,8 +207,9 @@ struct WorkerEngineCounters {
   // Results a later one named (kFlagNamesPrevious) while this worker still
   // waited for them: lost on the way, asked for again at once.
   uint64_t results_named_lost = 0;
-  // Exponent-only packets sent a second time: after a loss anywhere in the
-  // job the descriptor round's headers go twice (docs/design.md §3).
+  // Descriptor-round packets sent a second time (kFlagCopy): after a loss
+  // anywhere in the job the descriptor round's headers and slot 0's
+  // descriptor go twice (docs/design.md §3).
   uint64_t redundant_headers = 0;
   uint16_t window = 0;       // packets in flight allowed now
   int64_t min_rtt_ns = 0;    // measured (window sizing); 0 before the first sample
@@ -269,9 +271,12 @@ class WorkerEngine {
   // `queued`: how long the packets sent just before it in the same burst
   // keep it from the wire.
   void SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued, PacketSink& sink);
+  // How a packet goes: first, as a copy sent right after it (kFlagCopy), or
+  // again (kFlagResend).
+  enum class Transmission : uint8_t { kFirst, kCopy, kResend };
   // Writes slot `index`'s packet for its current round into a buffer of
-  // `sink` and sends it: the first transmission, or a `resend`.
-  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, bool resend);
+  // `sink` and sends it.
+  void EmitPacket(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, Transmission how);
   // Sends it again (a timeout or a NACK), counted as a retransmission.
   void Retransmit(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
   // The header fields every packet of this slot's current round shares.
@@ -304,10 +309,11 @@ class WorkerEngine {
   // switch answers at once, and asking costs a header) or resends (the
   // retransmission timeout, which allows for the other ranks' waits).
   Nanos SlotTimeout() const;
-  // Whether sending `headers` exponent-only packets a second time takes
-  // less link time than a round trip, which a lost one costs its slot's
-  // data (and every rank's data after it) at least.
-  bool HeaderCopiesPay(uint16_t headers) const;
+  // Whether sending a descriptor round of `window` slots a second time (slot
+  // 0's whole packet and the others' headers) takes less link time than a
+  // round trip, which a lost one costs its slot's data (and every rank's
+  // data after it) at least.
+  bool HeaderCopiesPay(uint16_t window) const;
   // Once every packet of the operation is sent, how long a slot may wait
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
@@ -364,8 +370,8 @@ class WorkerEngine {
   // exponent-only packet, else elements_per_packet.
   uint16_t WordsOf(const Slot& slot, uint16_t index) const;
   // Writes that packet into `buf` (PacketBytes(WordsOf())): the same bytes
-  // every time until the slot moves on, but for the resend flag.
-  void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, bool resend);
+  // every time until the slot moves on, but for the copy and resend flags.
+  void WritePacket(const Slot& slot, uint16_t index, uint8_t* buf, Transmission how);
   void AcceptResult(Slot& slot, uint16_t index, const PacketView& p, Nanos now, PacketSink& sink);
   void FinishOp(Status status);
   void Break(Status status);
