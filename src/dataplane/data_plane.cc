@@ -667,7 +667,7 @@ Verdict DataPlane::ProcessDecoded(const PacketView& packet, std::span<uint8_t> o
   const uint32_t thread = job->ThreadOfSlot(h.slot);
   NoteNewestChunk(*job, h, thread);
   const size_t other = SlotIndexOf(h.version ^ 1, job->reg.pool_base + h.slot);
-  if (counted && IsHeaderCopy(h, slot)) return OnHeaderCopy(*job, slot);
+  if (counted && IsCopy(h, slot)) return OnCopy(*job, slot);
   if (counted) return OnRetransmission(*job, h, slot, out);
   if (const DropReason bad = CheckJoin(h, slot, other); bad != DropReason::kNone) {
     return Drop(job, bad);
@@ -763,11 +763,11 @@ Verdict DataPlane::ResendResult(JobEntry& job, const PacketHeader& h, size_t slo
 // earlier chunk is stale, as any other packet. Unlike a retransmission it
 // says nothing about a stall, and it needs no answer: the result goes to
 // every rank anyway, twice where copies came while the slot aggregated.
-bool DataPlane::IsHeaderCopy(const PacketHeader& h, size_t slot) const {
+bool DataPlane::IsCopy(const PacketHeader& h, size_t slot) const {
   return (h.copy || h.element_count == 0) && !h.resend && h.chunk == chunk_[slot];
 }
 
-Verdict DataPlane::OnHeaderCopy(JobEntry& job, size_t slot) {
+Verdict DataPlane::OnCopy(JobEntry& job, size_t slot) {
   ++counters_.header_copies;
   ++job.counters.header_copies;
   if (remaining_[slot] != 0) copied_[slot] = 1;

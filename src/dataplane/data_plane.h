@@ -336,8 +336,8 @@ class DataPlane {
                    size_t other);
   Verdict OnProbe(JobEntry& job, const PacketHeader& h, size_t slot, bool counted,
                   std::span<uint8_t> out);
-  bool IsHeaderCopy(const PacketHeader& h, size_t slot) const;
-  Verdict OnHeaderCopy(JobEntry& job, size_t slot);
+  bool IsCopy(const PacketHeader& h, size_t slot) const;
+  Verdict OnCopy(JobEntry& job, size_t slot);
   // The completed slot's result to every rank (as often as Verdict::copies).
   Verdict ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const PacketHeader& h,
                       std::span<uint8_t> out);

@@ -56,10 +56,10 @@ inline constexpr uint8_t kFlagResend = 0x04;
 // still waits for the named result lost it.
 inline constexpr uint8_t kFlagNamesPrevious = 0x08;
 inline constexpr uint8_t kFlagPreviousVersion = 0x10;
-// A contribution's second copy, sent right after the first (not a resend:
-// docs/wire-format.md, "Copies sent with the first"). A switch that counted
-// the first drops it without an answer; where the first was lost, it counts
-// in instead.
+// A contribution's second copy, sent right after the first (not a resend;
+// after a loss, the descriptor round: docs/wire-format.md, "An operation on
+// the wire"). A switch that counted the first drops it without an answer;
+// where the first was lost, it counts in instead.
 inline constexpr uint8_t kFlagCopy = 0x20;
 // The authentication trailer: a 12-byte nonce (sender id, counter) and a
 // 16-byte Poly1305 tag (see src/net/packet_auth.h).
