@@ -22,19 +22,26 @@ PacketHeader HeaderOf(const std::vector<uint8_t>& p) {
   return v.header;
 }
 
+// `second` is the packet `first` but for `flag`, which `second` carries and
+// `first` does not.
+::testing::AssertionResult SameBytesButFlag(std::vector<uint8_t> second,
+                                            const std::vector<uint8_t>& first, uint8_t flag) {
+  if (first.size() <= kFlagsOffset || (first[kFlagsOffset] & flag) != 0) {
+    return ::testing::AssertionFailure() << "the first transmission carries flag " << int(flag);
+  }
+  if (second.size() <= kFlagsOffset || (second[kFlagsOffset] & flag) == 0) {
+    return ::testing::AssertionFailure() << "the second lacks flag " << int(flag);
+  }
+  second[kFlagsOffset] &= uint8_t(~flag);
+  if (second != first) return ::testing::AssertionFailure() << "other bytes differ";
+  return ::testing::AssertionSuccess();
+}
+
 // A resend: the first transmission's bytes but for the resend flag, which it
 // must carry (the switch tells a reordered first transmission by its absence).
-::testing::AssertionResult IsResendOf(std::vector<uint8_t> resent,
+::testing::AssertionResult IsResendOf(const std::vector<uint8_t>& resent,
                                       const std::vector<uint8_t>& first) {
-  if (first.size() <= kFlagsOffset || (first[kFlagsOffset] & kFlagResend) != 0) {
-    return ::testing::AssertionFailure() << "the first transmission is flagged a resend";
-  }
-  if (resent.size() <= kFlagsOffset || (resent[kFlagsOffset] & kFlagResend) == 0) {
-    return ::testing::AssertionFailure() << "the resend is not flagged";
-  }
-  resent[kFlagsOffset] &= uint8_t(~kFlagResend);
-  if (resent != first) return ::testing::AssertionFailure() << "other bytes differ";
-  return ::testing::AssertionSuccess();
+  return SameBytesButFlag(resent, first, kFlagResend);
 }
 
 WorkerEngineConfig Config(uint16_t world, uint16_t rank, uint16_t slots) {
@@ -997,11 +1004,18 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
   std::vector<uint8_t> out(PacketBytes(32));
   struct InFlight {
     Nanos at;
-    std::vector<uint8_t> bytes;  // to the switch, or (empty) out's reply to the rank
+    bool to_switch;  // else the switch's answer, to the rank
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<InFlight> links;
+  const auto earliest = [&links] {
+    return std::min_element(links.begin(), links.end(),
+                            [](const InFlight& a, const InFlight& b) { return a.at < b.at; });
   };
   const Nanos one_way = std::chrono::microseconds(5);
   bool lost_one = false;
   size_t sent = 0;
+  Nanos now(0);
   for (int op = 0; op < 3; ++op) {
     const size_t op_start = sink.sent.size();
     bool done = false;
@@ -1009,8 +1023,6 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
                    EXPECT_TRUE(st.ok());
                    done = true;
                  }).ok());
-    std::vector<InFlight> links;  // in order of arrival: both ways take one_way
-    Nanos now = e.NextDeadline();
     while (!done && now < milliseconds(100)) {
       e.OnTimer(now, sink);
       for (; sent < sink.sent.size(); ++sent) {
@@ -1019,18 +1031,27 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
           lost_one = true;  // the first data packet
           continue;
         }
-        links.push_back({now + one_way, sink.sent[sent]});
+        links.push_back({now + one_way, true, sink.sent[sent]});
       }
-      for (size_t i = 0; i < links.size() && links[i].at <= now; ++i) {
-        InFlight arriving = std::move(links[i]);
-        links.erase(links.begin() + long(i--));
-        if (arriving.bytes.empty()) continue;
+      // Everything due arrives, the earliest first, before time moves on.
+      auto next = earliest();
+      if (next != links.end() && next->at <= now) {
+        const InFlight arriving = std::move(*next);
+        links.erase(next);
+        if (!arriving.to_switch) {
+          e.OnPacket(arriving.bytes, now, sink);
+          continue;
+        }
         sw->AdvanceClock(arriving.at);
         const Verdict v = sw->Process(arriving.bytes, out);
-        if (v.action == Action::kDrop) continue;
-        e.OnPacket(std::span(out.data(), v.out_bytes), arriving.at + one_way, sink);
+        for (int c = 0; v.action != Action::kDrop && c < v.copies; ++c) {
+          links.push_back(
+              {arriving.at + one_way, false, {out.begin(), out.begin() + long(v.out_bytes)}});
+        }
+        continue;
       }
-      now = std::min(e.NextDeadline(), links.empty() ? Nanos::max() : links.front().at);
+      next = earliest();
+      now = std::min(e.NextDeadline(), next == links.end() ? Nanos::max() : next->at);
     }
     ASSERT_TRUE(done) << "operation " << op;
     if (op < 2) {
@@ -1044,13 +1065,10 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
       const PacketHeader first = HeaderOf(sink.sent[i]), copy = HeaderOf(sink.sent[i + 1]);
       if (!copy.copy) break;
       SCOPED_TRACE(pairs);
-      EXPECT_FALSE(first.copy);
       EXPECT_FALSE(first.resend || copy.resend);
       EXPECT_EQ(first.slot, pairs);
       EXPECT_EQ(first.element_count, pairs == 0 ? 32 : 0);  // slot 0: the descriptor
-      std::vector<uint8_t> unflagged = sink.sent[i + 1];
-      unflagged[kFlagsOffset] &= uint8_t(~kFlagCopy);
-      EXPECT_EQ(unflagged, sink.sent[i]);
+      EXPECT_TRUE(SameBytesButFlag(sink.sent[i + 1], sink.sent[i], kFlagCopy));
     }
     EXPECT_GE(pairs, 2u);
     EXPECT_EQ(e.counters().redundant_headers, pairs);

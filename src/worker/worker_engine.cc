@@ -1068,7 +1068,7 @@ Nanos WorkerEngine::ResultTimeout() const {
 
 bool WorkerEngine::HeaderCopiesPay(uint16_t window) const {
   const double rate = sizer_.max_rate_per_second();  // whole packets per second
-  if (rate <= 0 || sizer_.min_rtt() == Nanos::max() || window == 0) return false;
+  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return false;
   const double header_s = double(kHeaderBytes + kFramingBytes) /
                           double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
   const double copies_s = 1 / rate + double(window - 1) * header_s;
