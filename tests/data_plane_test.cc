@@ -727,6 +727,78 @@ TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
   EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));  // rank 2, lost
 }
 
+// A NACK is lost as often as any packet, and nothing else tells its rank:
+// while the resend does not come, the lost rank is named again twice the
+// job's shortest turnaround after each NACK, doubling per repeat. Repeats
+// name the lost ranks only (not a rank merely behind) and leave the stall's
+// own schedule as it was; the resend ends them.
+TEST_F(DataPlaneTest, ANackNamingALostPacketIsRepeatedUntilTheResendComes) {
+  Register(1, 4);
+  constexpr Nanos kTurnaround = std::chrono::microseconds(5);
+  const auto us = [](int64_t n) { return Nanos(std::chrono::microseconds(n)); };
+  dp_->AdvanceClock(us(1));  // chunk 1: ranks 100 us apart, a long spread
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  dp_->AdvanceClock(us(101));
+  for (uint16_t r = 1; r < 4; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
+  // Chunk 5 a turnaround after chunk 1's result (but from rank 3, which
+  // is behind: its newest chunk stays 1).
+  dp_->AdvanceClock(us(101) + kTurnaround);
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {1, 1, 1, 1});
+  // Chunk 3: ranks 0 and 1; rank 2's packet was lost (its chunk 4 came),
+  // rank 3's is not sent yet.
+  const Nanos lost_at = us(200);
+  dp_->AdvanceClock(lost_at);
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});
+  std::vector<Nanos> named_at;
+  for (int i = 0; i < 4; ++i) {
+    const Nanos at = i == 0 ? lost_at : dp_->NextTimer();  // (lapsed watches lie before)
+    ASSERT_LT(at, lost_at + 100 * kTurnaround) << "NACK " << i;
+    const Verdict v = Keep(dp_->NextTimerPacket(at, out_));
+    ASSERT_EQ(v.action, Action::kNackToMissing) << "NACK " << i;
+    ASSERT_EQ(v.slot, 3u);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b0100, 0b0000})) << "NACK " << i;
+    named_at.push_back(at);
+  }
+  EXPECT_EQ(named_at, (std::vector<Nanos>{lost_at, lost_at + 2 * kTurnaround,
+                                          lost_at + 6 * kTurnaround, lost_at + 14 * kTurnaround}));
+  // The resend comes (rank 3 still misses): the fifth repeat names no one,
+  // and the stall's own schedule goes on.
+  dp_->AdvanceClock(lost_at + 15 * kTurnaround);
+  EXPECT_EQ(Send(1, 2, 3, 0, 3, {1, 1, 1, 1}).action, Action::kDrop);
+  const Nanos fifth = lost_at + 30 * kTurnaround;
+  EXPECT_EQ(dp_->NextTimer(), fifth);
+  EXPECT_EQ(dp_->NextTimerPacket(fifth, out_).action, Action::kDrop);
+  EXPECT_GT(dp_->NextTimer(), fifth);
+  EXPECT_EQ(dp_->counters().nacks_sent, 4u);
+}
+
+// A turnaround measured within one receive batch is 0: a repeat still waits
+// twice the least NACK delay (500 ns), not 0 (which named the rank again and
+// again in the same instant, and the switch answered nothing else).
+TEST_F(DataPlaneTest, ANackRepeatAfterAZeroTurnaroundWaitsTheLeastNackDelay) {
+  Register(1, 3);
+  const Nanos t(1000);
+  dp_->AdvanceClock(t);
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
+  Send(1, 0, 1, 1, 5, {1, 1, 1, 1});  // in the same instant as chunk 1's result
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});  // rank 2's chunk 3 was lost
+  ASSERT_EQ(Keep(dp_->NextTimerPacket(t, out_)).action, Action::kNackToMissing);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));
+  const Nanos repeat_at = t + Nanos(1000);
+  Nanos named_again = Nanos::max();
+  while (named_again == Nanos::max() && dp_->NextTimer() <= repeat_at) {
+    const Nanos at = dp_->NextTimer();
+    const Verdict v = Keep(dp_->NextTimerPacket(at, out_));
+    if (v.action == Action::kNackToMissing && v.slot == 3) named_again = at;
+  }
+  EXPECT_EQ(named_again, repeat_at);
+  EXPECT_EQ(OutValues(), (std::vector<int32_t>{0b100, 0b000}));
+}
+
 // With two threads per rank, each sends the chunks of its own slots in
 // order, but not in order with the other: a thread's first chunk says
 // nothing about the other thread's last slot. Within a thread, the slot

@@ -128,6 +128,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   nacked_.assign(slots, 0);
   copied_.assign(slots, 0);
   nack_asked_.assign(slots, 0);
+  nack_repeats_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
   // aggregation until it falls due: twice the slots covers both.
@@ -258,12 +259,15 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // an eighth of its age, so such a rank gets a NACK per slot a number of
     // times that grows with the log of its delay, never more than every
     // kNackMaxDelay.
-    const NackScope scope = nack_asked_[slot]                    ? NackScope::kAllAsked
-                            : nack_tries_[slot] == 0             ? NackScope::kLost
-                            : nack_tries_[slot] < kSilentWatches ? NackScope::kLostOrWaiting
-                                                                 : NackScope::kAll;
+    // A repeat (below) names the lost ranks again and leaves the schedule
+    // as it was.
+    const uint8_t repeat = nack_repeats_[slot];
+    const NackScope scope = nack_asked_[slot]                       ? NackScope::kAllAsked
+                            : repeat != 0 || nack_tries_[slot] == 0 ? NackScope::kLost
+                            : nack_tries_[slot] < kSilentWatches    ? NackScope::kLostOrWaiting
+                                                                    : NackScope::kAll;
     nack_asked_[slot] = 0;
-    if (nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
+    if (repeat == 0 && nack_tries_[slot] < kNackDoublings) ++nack_tries_[slot];
     const Nanos age = now_ - first_at_[slot];
     Nanos again = std::min(std::max(job.NackDelay() * (int64_t{1} << nack_tries_[slot]), age / 8),
                            kNackMaxDelay);
@@ -272,16 +276,31 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     if (WithinReorderWindow(job, slot)) {
       again = std::min(again, late_since_[slot] + 2 * job.reorder_window - now_);
     }
-    WatchStall(job, slot, again);
     bool names_lost = false;
     const size_t bytes = WriteNack(job, slot, version, job_slot, scope, out, &names_lost);
+    // A NACK is lost as often as any packet, and then nothing tells its rank
+    // of the loss before the rank's own timers or this slot's next watch,
+    // both far longer than a resend takes: name the lost ranks again once
+    // the resend is overdue, twice the job's shortest turnaround after this
+    // NACK, doubling per repeat. (A turnaround measured within one receive
+    // batch may be 0: at least kNackMinDelay.)
+    nack_repeats_[slot] = 0;
+    if (names_lost && job.min_turnaround != Nanos::max()) {
+      const Nanos overdue = std::max(job.min_turnaround, kNackMinDelay) *
+                            (int64_t{2} << std::min(int{repeat}, kNackDoublings));
+      if (overdue < again) {
+        again = overdue;
+        nack_repeats_[slot] = uint8_t(std::min(repeat + 1, 255));
+      }
+    }
+    WatchStall(job, slot, again);
     if (bytes == 0) continue;  // none lost yet: the missing ranks may be behind
     // The slot's completion then times a recovery, not the spread (unless
     // the NACK only woke ranks that may have lost the previous result).
     if (names_lost || scope >= NackScope::kAll) nacked_[slot] = 1;
     // A packet the window waited for in vain: lost. Waiting costs each such
     // recovery, so the window shrinks unless overtaken packets keep it.
-    if (names_lost) job.reorder_window -= job.reorder_window / 16;
+    if (names_lost && repeat == 0) job.reorder_window -= job.reorder_window / 16;
     ++counters_.nacks_sent;
     ++job.counters.nacks_sent;
     return Verdict{Action::kNackToMissing, DropReason::kNone, kAllRanks, job.reg.world_size, bytes,
@@ -785,6 +804,7 @@ Verdict DataPlane::OnRetransmission(JobEntry& job, const PacketHeader& h, size_t
   if (!awaits_upstream_[slot] && nack_due_[slot] > now_) {
     nack_tries_[slot] = std::max<uint8_t>(nack_tries_[slot], kSilentWatches);
     nack_asked_[slot] = 1;
+    nack_repeats_[slot] = 0;
     WatchStall(job, slot, Nanos(0));
   }
   ++counters_.pending_replies;
@@ -870,6 +890,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     nack_tries_[slot] = 0;
     nacked_[slot] = 0;
     nack_asked_[slot] = 0;
+    nack_repeats_[slot] = 0;
     copied_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {

@@ -412,6 +412,8 @@ class DataPlane {
   std::vector<uint8_t> nack_tries_;  // watches fallen due for the current aggregation
   std::vector<uint8_t> nacked_;      // of them, those that sent a NACK
   std::vector<uint8_t> nack_asked_;  // a retransmission made the next watch due
+  // The live watch repeats a NACK that named lost ranks (the how-many-th).
+  std::vector<uint8_t> nack_repeats_;
   // An exponent-only aggregation whose contributions came twice: its result
   // goes out twice too (Verdict::copies).
   std::vector<uint8_t> copied_;

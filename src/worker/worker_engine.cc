@@ -98,6 +98,7 @@ struct WorkerEngine::Slot {
   uint64_t delivered_at_send = 0;  // whole_results_ when it was sent
   uint64_t send_order = 0;         // of the round's first transmission, counting up
   uint64_t last_order = 0;         // of its latest transmission or probe
+  uint64_t probe_order = 0;        // of its latest probe
 };
 
 Status WorkerEngineConfig::Validate() const {
@@ -390,6 +391,7 @@ void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink
   slot.probed_at = now;
   slot.probed_since_sent = true;
   slot.last_order = ++sends_;
+  slot.probe_order = slot.last_order;
   PushRecheck(index, slot.last_order, true);
   // The switch answers a probe at once: ask again if no answer comes
   // within the path's round trip, doubling only while the switch is silent
@@ -602,6 +604,11 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
   const bool named = (missing_word(me / 32) >> (me % 32)) & 1;
   if (!nack) {
     ++counters_.pending_received;
+    // The answer to the slot's one unanswered probe (or to a resend sent
+    // right before it): the switch answers on arrival, so its answers to
+    // everything this rank sent before that probe came first or were lost.
+    const bool answers_probe = slot.unanswered_probes == 1;
+    if (answers_probe) probe_answered_ = std::max(probe_answered_, slot.probe_order);
     slot.unanswered_probes = 0;
     // Only this rank missing: the switch completes the slot as this rank's
     // packet arrives, so its result is due a round trip after the packet.
@@ -635,6 +642,7 @@ void WorkerEngine::OnStallReport(Slot& slot, uint16_t index, const PacketView& p
       slot.deadline = std::min(slot.deadline, slot.resent_at + ResultTimeout());
       next_scan_ = std::min(next_scan_, slot.deadline);
     }
+    if (answers_probe && config_.switch_answers_probes) Recheck(now, sink);
     return;
   }
   ++counters_.nacks_received;
@@ -981,10 +989,11 @@ void WorkerEngine::PushRecheck(uint16_t index, uint64_t order, bool probe) {
 
 void WorkerEngine::Recheck(Nanos now, PacketSink& sink) {
   // Links keep order, and the switch answers a probe (or counts a resend)
-  // when it arrives: once a result answers a packet sent after them, a probe
-  // still unanswered or a resend whose slot still waits was lost, or its
-  // answer or result was. Ask again.
-  while (recheck_size_ > 0 && recheck_[recheck_head_].order < answered_) {
+  // when it arrives: once a result or a pending reply answers a packet or
+  // probe sent after them, a probe still unanswered or a resend whose slot
+  // still waits was lost, or its answer or result was. Ask again.
+  const uint64_t witness = std::max(answered_, probe_answered_);
+  while (recheck_size_ > 0 && recheck_[recheck_head_].order < witness) {
     const RecheckEntry e = recheck_[recheck_head_];
     recheck_head_ = (recheck_head_ + 1) % recheck_.size();
     --recheck_size_;

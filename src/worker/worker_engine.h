@@ -54,17 +54,16 @@
 // the result at once: a result named it lost, or a pending reply lacked
 // this rank alone), when a later packet's result came first (the switch
 // completes slots in chunk order) and its own has not come within the
-// answer time since (WatchGaps()), when a later packet's result shows a probe or resend lost
-// (Recheck()), when the slot holds up the next packet in chunk order and was
-// shown to wait on a recovery, and when a NACK does not prove its packet lost.
-// Unpaced, a resend goes with a probe right behind it on the same link: a
-// pending reply that still lacks this rank proves the resend lost a round
-// trip later, where a NACK cannot (it may predate the resend). Without probes (a P4
-// switch) a slot's timeout resends it: the smoothed round trip plus four deviations (RFC 6298), at
-// least twice the round trip, floored in microseconds, and a NACK without proof resends after two
-// smoothed round trips. Only a timeout with no answer from the switch at all backs off: a random
-// loss is not congestion. Loss-free in-order links resend nothing; reordering can cost a resend (it
-// breaks the in-order witness).
+// answer time since (WatchGaps()), when a later packet's result or a later
+// probe's pending reply shows a probe or resend lost (Recheck()), when the slot holds up the next
+// packet in chunk order and was shown to wait on a recovery, and when a NACK does not prove its
+// packet lost. Unpaced, a resend goes with a probe right behind it on the same link: a pending
+// reply that still lacks this rank proves the resend lost a round trip later, where a NACK cannot
+// (it may predate the resend). Without probes (a P4 switch) a slot's timeout resends it: the
+// smoothed round trip plus four deviations (RFC 6298), at least twice the round trip, floored in
+// microseconds, and a NACK without proof resends after two smoothed round trips. Only a timeout
+// with no answer from the switch at all backs off: a random loss is not congestion. Loss-free
+// in-order links resend nothing; reordering can cost a resend (it breaks the in-order witness).
 //
 // Exponent-only packets: with a switch that takes them
 // (config.switch_accepts_exponent_only), round 0 of every slot but slot 0 is
@@ -333,8 +332,8 @@ class WorkerEngine {
   void ReleaseWindow(Slot& slot);
   // Remembers a resend or probe (of transmission `order`) for Recheck().
   void PushRecheck(uint16_t index, uint64_t order, bool probe);
-  // Probes the slots whose resend or probe a later packet's result shows
-  // lost (see the .cc).
+  // Probes the slots whose resend or probe a later packet's result, or a
+  // later probe's pending reply, shows lost (see the .cc).
   void Recheck(Nanos now, PacketSink& sink);
   // The slot index of a received packet for this engine's running
   // operation; -1 (counted) for anything else.
@@ -438,6 +437,9 @@ class WorkerEngine {
   // sent before it reached the switch or was lost, and the switch's answers
   // to them came or were lost.
   uint64_t answered_ = 0;
+  // The latest probe a pending reply answered: the switch's answers to
+  // everything sent before it came or were lost (Recheck()).
+  uint64_t probe_answered_ = 0;
   uint64_t whole_results_ = 0;  // results accepted but exponent-only ones
   Nanos last_progress_{0};
   Nanos next_scan_ = Nanos::max();
