@@ -774,6 +774,49 @@ TEST_F(DataPlaneTest, ANackNamingALostPacketIsRepeatedUntilTheResendComes) {
   EXPECT_EQ(dp_->counters().nacks_sent, 4u);
 }
 
+// The repeats of a slot's NACK double their wait, but a rank named lost for
+// the first time starts over: the NACK that first named it may be the one
+// lost, and its repeat comes two turnarounds later, not at the slot's next
+// (doubled) repeat.
+TEST_F(DataPlaneTest, ARankNamedLostLaterHasItsNackRepeatedAfterTwoTurnarounds) {
+  Register(1, 4);
+  constexpr Nanos kTurnaround = std::chrono::microseconds(5);
+  const auto us = [](int64_t n) { return Nanos(std::chrono::microseconds(n)); };
+  dp_->AdvanceClock(us(1));  // as above: a long spread, a 5 us turnaround
+  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+  dp_->AdvanceClock(us(101));
+  for (uint16_t r = 1; r < 4; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
+  dp_->AdvanceClock(us(101) + kTurnaround);
+  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {1, 1, 1, 1});
+  const Nanos lost_at = us(200);
+  dp_->AdvanceClock(lost_at);
+  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
+  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});  // rank 2's chunk 3 was lost
+  const auto next_nack = [&](Nanos at, int32_t lost) {
+    const Verdict v = Keep(dp_->NextTimerPacket(at, out_));
+    ASSERT_EQ(v.action, Action::kNackToMissing);
+    ASSERT_EQ(v.slot, 3u);
+    EXPECT_EQ(OutValues(), (std::vector<int32_t>{lost, 0b0000}));
+  };
+  next_nack(lost_at, 0b0100);
+  ASSERT_EQ(dp_->NextTimer(), lost_at + 2 * kTurnaround);
+  next_nack(lost_at + 2 * kTurnaround, 0b0100);
+  ASSERT_EQ(dp_->NextTimer(), lost_at + 6 * kTurnaround);
+  next_nack(lost_at + 6 * kTurnaround, 0b0100);
+  // Rank 3's chunk 4 comes without its chunk 3: lost too, named at once.
+  const Nanos later = lost_at + 7 * kTurnaround;
+  dp_->AdvanceClock(later);
+  Send(1, 3, 0, 1, 4, {1, 1, 1, 1});
+  ASSERT_EQ(dp_->NextTimer(), later);
+  next_nack(later, 0b1100);
+  // Its repeat two turnarounds later (the slot's own next repeat was due 8
+  // turnarounds after the third NACK), then twice as far apart again.
+  EXPECT_EQ(dp_->NextTimer(), later + 2 * kTurnaround);
+  next_nack(later + 2 * kTurnaround, 0b1100);
+  EXPECT_EQ(dp_->NextTimer(), later + 6 * kTurnaround);
+}
+
 // A turnaround measured within one receive batch is 0: a repeat still waits
 // twice the least NACK delay (500 ns), not 0 (which named the rank again and
 // again in the same instant, and the switch answered nothing else).

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <vector>
 
 #include "dataplane/data_plane.h"
@@ -990,96 +991,178 @@ TEST(WorkerEngine, PacingSpacesPacketsAtTheLinkRate) {
   EXPECT_EQ(e.counters().retransmissions + e.counters().probes_sent, 0u);
 }
 
-// One rank on a switch that takes exponent-only packets, 5 us away each way;
-// its first data packet of the first operation is lost. The second
-// operation's descriptor says so, and the third sends its descriptor round
-// twice: slot 0's descriptor and the other slots' headers, each copy right
-// after its first, flagged a copy and not a resend, the same bytes else.
-TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
-  constexpr uint16_t kSlots = 8;
-  auto sw = SwitchWithJob(1, kSlots);
-  WorkerEngineConfig config = ProbingConfig(1, 0, kSlots);
-  config.switch_accepts_exponent_only = true;
-  WorkerEngine e(config);
-  RecordingSink sink;
-  std::vector<int32_t> x(4 * kSlots * 32, 1), y(x.size());
-  std::vector<uint8_t> out(PacketBytes(32));
+// One rank on a switch that takes exponent-only packets, 5 us away each way,
+// runs operations of 4 * kSlots int32 chunks of 32; `lose` says which of the
+// rank's packets (to_switch) or the switch's answers the links lose.
+class OneRankOverLinks {
+ public:
+  static constexpr uint16_t kSlots = 8;
+  using Lose = std::function<bool(int op, bool to_switch, const PacketHeader&)>;
+
+  OneRankOverLinks() : sw_(SwitchWithJob(1, kSlots)), e_(Config()) {}
+
+  // Runs operation `op` to its end; returns where its packets start in sent().
+  size_t Run(int op, const Lose& lose) {
+    const size_t op_start = sink_.sent.size();
+    bool done = false;
+    EXPECT_TRUE(
+        e_.Submit(x_.data(), y_.data(), x_.size(), DType::kInt32, [&](OpId, const Status& st) {
+            EXPECT_TRUE(st.ok());
+            done = true;
+          }).ok());
+    while (!done && now_ < milliseconds(100)) {
+      e_.OnTimer(now_, sink_);
+      for (; queued_ < sink_.sent.size(); ++queued_) {
+        if (!lose(op, true, HeaderOf(sink_.sent[queued_]))) {
+          links_.push_back({now_ + kOneWay, true, sink_.sent[queued_]});
+        }
+      }
+      // Everything due arrives, the earliest first, before time moves on.
+      auto next = Earliest();
+      if (next != links_.end() && next->at <= now_) {
+        const InFlight arriving = std::move(*next);
+        links_.erase(next);
+        if (!arriving.to_switch) {
+          if (!lose(op, false, HeaderOf(arriving.bytes))) e_.OnPacket(arriving.bytes, now_, sink_);
+          continue;
+        }
+        sw_->AdvanceClock(arriving.at);
+        const Verdict v = sw_->Process(arriving.bytes, out_);
+        for (int c = 0; v.action != Action::kDrop && c < v.copies; ++c) {
+          links_.push_back(
+              {arriving.at + kOneWay, false, {out_.begin(), out_.begin() + long(v.out_bytes)}});
+        }
+        continue;
+      }
+      next = Earliest();
+      now_ = std::min(e_.NextDeadline(), next == links_.end() ? Nanos::max() : next->at);
+    }
+    EXPECT_TRUE(done) << "operation " << op;
+    EXPECT_EQ(y_, x_);  // one rank: the sum is its input
+    return op_start;
+  }
+  const std::vector<std::vector<uint8_t>>& sent() const { return sink_.sent; }
+  const WorkerEngine& engine() const { return e_; }
+
+ private:
+  static constexpr Nanos kOneWay = std::chrono::microseconds(5);
   struct InFlight {
     Nanos at;
     bool to_switch;  // else the switch's answer, to the rank
     std::vector<uint8_t> bytes;
   };
-  std::vector<InFlight> links;
-  const auto earliest = [&links] {
-    return std::min_element(links.begin(), links.end(),
+  static WorkerEngineConfig Config() {
+    WorkerEngineConfig config = ProbingConfig(1, 0, kSlots);
+    config.switch_accepts_exponent_only = true;
+    return config;
+  }
+  std::vector<InFlight>::iterator Earliest() {
+    return std::min_element(links_.begin(), links_.end(),
                             [](const InFlight& a, const InFlight& b) { return a.at < b.at; });
-  };
-  const Nanos one_way = std::chrono::microseconds(5);
+  }
+  std::unique_ptr<DataPlane> sw_;
+  WorkerEngine e_;
+  RecordingSink sink_;
+  std::vector<int32_t> x_ = std::vector<int32_t>(4 * kSlots * 32, 1);
+  std::vector<int32_t> y_ = std::vector<int32_t>(x_.size());
+  std::vector<uint8_t> out_ = std::vector<uint8_t>(PacketBytes(32));
+  std::vector<InFlight> links_;
+  size_t queued_ = 0;
+  Nanos now_{0};
+};
+
+// The first data packet of the first operation is lost. The second
+// operation's descriptor says so, and the third sends its descriptor round
+// twice: slot 0's descriptor and the other slots' headers, each copy right
+// after its first, flagged a copy and not a resend, the same bytes else.
+TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
+  OneRankOverLinks run;
   bool lost_one = false;
-  size_t sent = 0;
-  Nanos now(0);
-  for (int op = 0; op < 3; ++op) {
-    const size_t op_start = sink.sent.size();
-    bool done = false;
-    ASSERT_TRUE(e.Submit(x.data(), y.data(), x.size(), DType::kInt32, [&](OpId, const Status& st) {
-                   EXPECT_TRUE(st.ok());
-                   done = true;
-                 }).ok());
-    while (!done && now < milliseconds(100)) {
-      e.OnTimer(now, sink);
-      for (; sent < sink.sent.size(); ++sent) {
-        const PacketHeader h = HeaderOf(sink.sent[sent]);
-        if (!lost_one && op == 0 && h.element_count != 0 && h.chunk >= kSlots) {
-          lost_one = true;  // the first data packet
-          continue;
-        }
-        links.push_back({now + one_way, true, sink.sent[sent]});
-      }
-      // Everything due arrives, the earliest first, before time moves on.
-      auto next = earliest();
-      if (next != links.end() && next->at <= now) {
-        const InFlight arriving = std::move(*next);
-        links.erase(next);
-        if (!arriving.to_switch) {
-          e.OnPacket(arriving.bytes, now, sink);
-          continue;
-        }
-        sw->AdvanceClock(arriving.at);
-        const Verdict v = sw->Process(arriving.bytes, out);
-        for (int c = 0; v.action != Action::kDrop && c < v.copies; ++c) {
-          links.push_back(
-              {arriving.at + one_way, false, {out.begin(), out.begin() + long(v.out_bytes)}});
-        }
-        continue;
-      }
-      next = earliest();
-      now = std::min(e.NextDeadline(), next == links.end() ? Nanos::max() : next->at);
+  const auto first_data = [&](int op, bool to_switch, const PacketHeader& h) {
+    if (lost_one || op != 0 || !to_switch || h.element_count == 0 ||
+        h.chunk < OneRankOverLinks::kSlots) {
+      return false;
     }
-    ASSERT_TRUE(done) << "operation " << op;
-    if (op < 2) {
-      EXPECT_EQ(e.counters().redundant_headers, 0u);
-      continue;
-    }
-    // The third: round 0 of each of its slots twice, back to back, before
-    // anything else.
-    size_t pairs = 0;
-    for (size_t i = op_start; i + 1 < sink.sent.size(); i += 2, ++pairs) {
-      const PacketHeader first = HeaderOf(sink.sent[i]), copy = HeaderOf(sink.sent[i + 1]);
-      if (!copy.copy) break;
-      SCOPED_TRACE(pairs);
-      EXPECT_FALSE(first.resend || copy.resend);
-      EXPECT_EQ(first.slot, pairs);
-      EXPECT_EQ(first.element_count, pairs == 0 ? 32 : 0);  // slot 0: the descriptor
-      EXPECT_TRUE(SameBytesButFlag(sink.sent[i + 1], sink.sent[i], kFlagCopy));
-    }
-    EXPECT_GE(pairs, 2u);
-    EXPECT_EQ(e.counters().redundant_headers, pairs);
-    for (size_t i = op_start + 2 * pairs; i < sink.sent.size(); ++i) {
-      EXPECT_FALSE(HeaderOf(sink.sent[i]).copy) << i;
-    }
+    return lost_one = true;
+  };
+  for (int op = 0; op < 2; ++op) {
+    run.Run(op, first_data);
+    EXPECT_EQ(run.engine().counters().redundant_headers, 0u);
   }
   EXPECT_TRUE(lost_one);
-  EXPECT_EQ(y, x);  // one rank: the sum is its input
+  // The third: round 0 of each of its slots twice, back to back, before
+  // anything else.
+  const size_t op_start = run.Run(2, first_data);
+  const auto& sent = run.sent();
+  size_t pairs = 0;
+  for (size_t i = op_start; i + 1 < sent.size(); i += 2, ++pairs) {
+    const PacketHeader first = HeaderOf(sent[i]), copy = HeaderOf(sent[i + 1]);
+    if (!copy.copy) break;
+    SCOPED_TRACE(pairs);
+    EXPECT_FALSE(first.resend || copy.resend);
+    EXPECT_EQ(first.slot, pairs);
+    EXPECT_EQ(first.element_count, pairs == 0 ? 32 : 0);  // slot 0: the descriptor
+    EXPECT_TRUE(SameBytesButFlag(sent[i + 1], sent[i], kFlagCopy));
+  }
+  EXPECT_GE(pairs, 2u);
+  EXPECT_EQ(run.engine().counters().redundant_headers, pairs);
+  for (size_t i = op_start + 2 * pairs; i < sent.size(); ++i) {
+    EXPECT_FALSE(HeaderOf(sent[i]).copy) << i;
+  }
+}
+
+// After a loss, a result named lost holds up this rank's next round of its
+// slot, and the one probe that asks for it is lost (or its answer is) as
+// often as any packet: it goes twice, back to back, the same bytes; the
+// second answer is a duplicate. Before a loss, once.
+TEST(WorkerEngine, AfterALossAResultNamedLostIsAskedForTwice) {
+  OneRankOverLinks run;
+  bool lost_data = false;
+  int lost_results = 0;
+  const auto lose = [&](int op, bool to_switch, const PacketHeader& h) {
+    if (to_switch) {  // the first data packet of the first operation
+      if (lost_data || op != 0 || h.element_count == 0 || h.chunk < OneRankOverLinks::kSlots) {
+        return false;
+      }
+      return lost_data = true;
+    }
+    // Slot 1's first result in the second and third operations: slot 2's
+    // names it.
+    if (op == 0 || h.type != MessageType::kResult || h.slot != 1 || lost_results > op - 1) {
+      return false;
+    }
+    ++lost_results;
+    return true;
+  };
+  run.Run(0, lose);
+  uint64_t probes = run.engine().counters().probes_sent;
+  const auto probes_of_slot_1 = [&](size_t from) {
+    std::vector<size_t> at;
+    for (size_t i = from; i < run.sent().size(); ++i) {
+      const PacketHeader h = HeaderOf(run.sent()[i]);
+      if (h.type == MessageType::kProbe && h.slot == 1) at.push_back(i);
+    }
+    return at;
+  };
+  // The second operation: no copies yet, one probe.
+  size_t op_start = run.Run(1, lose);
+  EXPECT_EQ(run.engine().counters().redundant_headers, 0u);
+  EXPECT_EQ(run.engine().counters().results_named_lost, 1u);
+  EXPECT_EQ(probes_of_slot_1(op_start).size(), 1u);
+  EXPECT_EQ(run.engine().counters().probes_sent, probes + 1);
+  probes = run.engine().counters().probes_sent;
+  // The third: two, back to back. (The second answer, a duplicate, names
+  // slot 0's result of two rounds back, and slot 0 waits in that version
+  // again: a stale name, which costs a probe of slot 0, as any wrong name.)
+  op_start = run.Run(2, lose);
+  EXPECT_GT(run.engine().counters().redundant_headers, 0u);
+  EXPECT_GE(run.engine().counters().results_named_lost, 2u);
+  const std::vector<size_t> asked = probes_of_slot_1(op_start);
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[1], asked[0] + 1);
+  EXPECT_EQ(run.sent()[asked[1]], run.sent()[asked[0]]);
+  EXPECT_GE(run.engine().counters().probes_sent, probes + 2);
+  EXPECT_EQ(lost_results, 2);
 }
 
 }  // namespace

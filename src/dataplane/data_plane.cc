@@ -129,6 +129,7 @@ DataPlane::DataPlane(const DataPlaneConfig& config)
   copied_.assign(slots, 0);
   nack_asked_.assign(slots, 0);
   nack_repeats_.assign(slots, 0);
+  nack_fresh_.assign(slots, 0);
   nack_due_.assign(slots, Nanos(0));
   // Each aggregation is watched once at a time, and a watch outlives its
   // aggregation until it falls due: twice the slots covers both.
@@ -284,13 +285,17 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // the resend is overdue, twice the job's shortest turnaround after this
     // NACK, doubling per repeat. (A turnaround measured within one receive
     // batch may be 0: at least kNackMinDelay.)
+    // A rank named for the first time starts the doubling over: the NACK
+    // that first named it may be the one lost.
+    const uint8_t step = nack_fresh_[slot] ? 0 : repeat;
+    nack_fresh_[slot] = 0;
     nack_repeats_[slot] = 0;
     if (names_lost && job.min_turnaround != Nanos::max()) {
       const Nanos overdue = std::max(job.min_turnaround, kNackMinDelay) *
-                            (int64_t{2} << std::min(int{repeat}, kNackDoublings));
+                            (int64_t{2} << std::min(int{step}, kNackDoublings));
       if (overdue < again) {
         again = overdue;
-        nack_repeats_[slot] = uint8_t(std::min(repeat + 1, 255));
+        nack_repeats_[slot] = uint8_t(std::min(step + 1, 255));
       }
     }
     WatchStall(job, slot, again);
@@ -714,6 +719,7 @@ void DataPlane::WatchChunkBefore(JobEntry& job, const PacketHeader& h, uint32_t 
       continue;
     }
     if (Counted(slot, h.rank)) return;
+    nack_fresh_[slot] = 1;
     // Unless the fabric reorders: then it may still come, as overtaken
     // packets did.
     if (late_since_[slot] == Nanos::max()) late_since_[slot] = now_;
@@ -891,6 +897,7 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     nacked_[slot] = 0;
     nack_asked_[slot] = 0;
     nack_repeats_[slot] = 0;
+    nack_fresh_[slot] = 0;
     copied_[slot] = 0;
     if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
   } else {

@@ -414,6 +414,9 @@ class DataPlane {
   std::vector<uint8_t> nack_asked_;  // a retransmission made the next watch due
   // The live watch repeats a NACK that named lost ranks (the how-many-th).
   std::vector<uint8_t> nack_repeats_;
+  // A rank was shown lost since the slot's last NACK: the next NACK names it
+  // for the first time, and its repeats start over.
+  std::vector<uint8_t> nack_fresh_;
   // An exponent-only aggregation whose contributions came twice: its result
   // goes out twice too (Verdict::copies).
   std::vector<uint8_t> copied_;

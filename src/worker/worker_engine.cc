@@ -373,12 +373,14 @@ PacketHeader WorkerEngine::SlotHeader(const Slot& slot, uint16_t index, MessageT
   return h;
 }
 
-void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink) {
-  const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
-  EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
-  sink.Send(buf.first(kHeaderBytes));
-  Paced(kHeaderBytes, now);
-  ++counters_.probes_sent;
+void WorkerEngine::Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, int copies) {
+  for (int c = 0; c < copies; ++c) {  // the same bytes each time
+    const std::span<uint8_t> buf = sink.Claim(kHeaderBytes);
+    EncodeHeader(SlotHeader(slot, index, MessageType::kProbe), buf);  // element_count 0
+    sink.Send(buf.first(kHeaderBytes));
+    Paced(kHeaderBytes, now);
+    ++counters_.probes_sent;
+  }
   ++slot.probes;
   ++slot.unanswered_probes;
   // The switch sent this rank something since the slot's previous probe,
@@ -575,7 +577,12 @@ void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, 
   if (!config_.switch_answers_probes) {
     ResendLostResult(slot, index, now, sink);
   } else if (!asked) {
-    Probe(slot, index, now, sink);  // the switch answers with the result
+    // The switch answers with the result. After a loss, ask twice, as the
+    // headers go twice: this rank's next round of the slot waits for it,
+    // and the probe or its answer is lost as often as any packet; then only
+    // a timer asks again, a round trip later (docs/performance.md, "A result
+    // named lost asked for twice").
+    Probe(slot, index, now, sink, queue_.front().redundant_headers ? 2 : 1);
   }
 }
 

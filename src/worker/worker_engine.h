@@ -282,8 +282,9 @@ class WorkerEngine {
   PacketHeader SlotHeader(const Slot& slot, uint16_t index, MessageType type) const;
   // Asks the switch for the slot's state (a kProbe: its result, or which
   // ranks it misses), and again if no answer comes within the path's round
-  // trip (doubling that wait only while the switch sends nothing).
-  void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink);
+  // trip (doubling that wait only while the switch sends nothing). `copies`
+  // probes go back to back, one ask: each is answered.
+  void Probe(Slot& slot, uint16_t index, Nanos now, PacketSink& sink, int copies = 1);
   // How long the switch takes to answer this rank at most: twice the least
   // round trip plus the packets queued ahead (the results due, at the
   // largest delivery rate, at most the window per smoothed round trip), the
