@@ -69,6 +69,28 @@ class DataPlaneTest : public ::testing::Test {
       values.push_back(int32_t(LoadBe32(&out_[i])));
     return values;
   }
+  // Job 1 of four ranks learns a long spread (chunk 1's ranks 100 us apart)
+  // and a turnaround of kTurnaround (chunk 5 that long after chunk 1's
+  // result, from ranks 0-2: rank 3 is behind, its newest chunk stays 1). At
+  // kLostAt chunk 3 (slot 3) comes from ranks 0 and 1, and rank 2's chunk 4
+  // without it: rank 2's chunk 3 was lost; rank 3's is not sent yet.
+  static constexpr Nanos kTurnaround = std::chrono::microseconds(5);
+  static constexpr Nanos kLostAt = std::chrono::microseconds(200);
+  void LoseRank2sChunk3() {
+    const auto us = [](int64_t n) { return Nanos(std::chrono::microseconds(n)); };
+    Register(1, 4);
+    dp_->AdvanceClock(us(1));
+    Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
+    dp_->AdvanceClock(us(101));
+    for (uint16_t r = 1; r < 4; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
+    dp_->AdvanceClock(us(101) + kTurnaround);
+    for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {1, 1, 1, 1});
+    dp_->AdvanceClock(kLostAt);
+    Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
+    Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
+    Send(1, 2, 0, 1, 4, {1, 1, 1, 1});
+  }
+
   Verdict Keep(Verdict v) {
     last_bytes_ = v.out_bytes;
     return v;
@@ -733,24 +755,8 @@ TEST_F(DataPlaneTest, ARanksNextChunkNacksTheChunkItLostAtOnce) {
 // name the lost ranks only (not a rank merely behind) and leave the stall's
 // own schedule as it was; the resend ends them.
 TEST_F(DataPlaneTest, ANackNamingALostPacketIsRepeatedUntilTheResendComes) {
-  Register(1, 4);
-  constexpr Nanos kTurnaround = std::chrono::microseconds(5);
-  const auto us = [](int64_t n) { return Nanos(std::chrono::microseconds(n)); };
-  dp_->AdvanceClock(us(1));  // chunk 1: ranks 100 us apart, a long spread
-  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
-  dp_->AdvanceClock(us(101));
-  for (uint16_t r = 1; r < 4; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
-  // Chunk 5 a turnaround after chunk 1's result (but from rank 3, which
-  // is behind: its newest chunk stays 1).
-  dp_->AdvanceClock(us(101) + kTurnaround);
-  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {1, 1, 1, 1});
-  // Chunk 3: ranks 0 and 1; rank 2's packet was lost (its chunk 4 came),
-  // rank 3's is not sent yet.
-  const Nanos lost_at = us(200);
-  dp_->AdvanceClock(lost_at);
-  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
-  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
-  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});
+  LoseRank2sChunk3();
+  const Nanos lost_at = kLostAt;
   std::vector<Nanos> named_at;
   for (int i = 0; i < 4; ++i) {
     const Nanos at = i == 0 ? lost_at : dp_->NextTimer();  // (lapsed watches lie before)
@@ -779,20 +785,8 @@ TEST_F(DataPlaneTest, ANackNamingALostPacketIsRepeatedUntilTheResendComes) {
 // lost, and its repeat comes two turnarounds later, not at the slot's next
 // (doubled) repeat.
 TEST_F(DataPlaneTest, ARankNamedLostLaterHasItsNackRepeatedAfterTwoTurnarounds) {
-  Register(1, 4);
-  constexpr Nanos kTurnaround = std::chrono::microseconds(5);
-  const auto us = [](int64_t n) { return Nanos(std::chrono::microseconds(n)); };
-  dp_->AdvanceClock(us(1));  // as above: a long spread, a 5 us turnaround
-  Send(1, 0, 1, 0, 1, {1, 1, 1, 1});
-  dp_->AdvanceClock(us(101));
-  for (uint16_t r = 1; r < 4; ++r) Send(1, r, 1, 0, 1, {1, 1, 1, 1});
-  dp_->AdvanceClock(us(101) + kTurnaround);
-  for (uint16_t r = 0; r < 3; ++r) Send(1, r, 1, 1, 5, {1, 1, 1, 1});
-  const Nanos lost_at = us(200);
-  dp_->AdvanceClock(lost_at);
-  Send(1, 0, 3, 0, 3, {1, 1, 1, 1});
-  Send(1, 1, 3, 0, 3, {1, 1, 1, 1});
-  Send(1, 2, 0, 1, 4, {1, 1, 1, 1});  // rank 2's chunk 3 was lost
+  LoseRank2sChunk3();
+  const Nanos lost_at = kLostAt;
   const auto next_nack = [&](Nanos at, int32_t lost) {
     const Verdict v = Keep(dp_->NextTimerPacket(at, out_));
     ASSERT_EQ(v.action, Action::kNackToMissing);

@@ -284,9 +284,9 @@ Verdict DataPlane::NextNack(std::span<uint8_t> out) {
     // both far longer than a resend takes: name the lost ranks again once
     // the resend is overdue, twice the job's shortest turnaround after this
     // NACK, doubling per repeat. (A turnaround measured within one receive
-    // batch may be 0: at least kNackMinDelay.)
-    // A rank named for the first time starts the doubling over: the NACK
-    // that first named it may be the one lost.
+    // batch may be 0: at least kNackMinDelay.) A rank named for the first
+    // time starts the doubling over: the NACK that first named it may be
+    // the one lost.
     const uint8_t step = nack_fresh_[slot] ? 0 : repeat;
     nack_fresh_[slot] = 0;
     nack_repeats_[slot] = 0;
