@@ -1043,6 +1043,11 @@ class OneRankOverLinks {
   }
   const std::vector<std::vector<uint8_t>>& sent() const { return sink_.sent; }
   const WorkerEngine& engine() const { return e_; }
+  // A packet of the rank's first operation that carries data (past the
+  // descriptor round's headers).
+  static bool FirstOpData(int op, const PacketHeader& h) {
+    return op == 0 && h.element_count != 0 && h.chunk >= kSlots;
+  }
 
  private:
   static constexpr Nanos kOneWay = std::chrono::microseconds(5);
@@ -1079,10 +1084,7 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
   OneRankOverLinks run;
   bool lost_one = false;
   const auto first_data = [&](int op, bool to_switch, const PacketHeader& h) {
-    if (lost_one || op != 0 || !to_switch || h.element_count == 0 ||
-        h.chunk < OneRankOverLinks::kSlots) {
-      return false;
-    }
+    if (lost_one || !to_switch || !OneRankOverLinks::FirstOpData(op, h)) return false;
     return lost_one = true;
   };
   for (int op = 0; op < 2; ++op) {
@@ -1121,9 +1123,7 @@ TEST(WorkerEngine, AfterALossAResultNamedLostIsAskedForTwice) {
   int lost_results = 0;
   const auto lose = [&](int op, bool to_switch, const PacketHeader& h) {
     if (to_switch) {  // the first data packet of the first operation
-      if (lost_data || op != 0 || h.element_count == 0 || h.chunk < OneRankOverLinks::kSlots) {
-        return false;
-      }
+      if (lost_data || !OneRankOverLinks::FirstOpData(op, h)) return false;
       return lost_data = true;
     }
     // Slot 1's first result in the second and third operations: slot 2's
