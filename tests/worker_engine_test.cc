@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "dataplane/data_plane.h"
@@ -598,33 +600,46 @@ TEST(WorkerEngine, WithProbesATimeoutAsksTheSwitchAndOnlyAMissingRankResends) {
   e.OnTimer(Nanos(0), sink);
   ASSERT_EQ(sink.sent.size(), 2u);
   std::vector<uint8_t> out(PacketBytes(32));
-  sw->Process(sink.sent[1], out);  // slot 0's packet is lost, slot 1's arrives
-  e.OnTimer(milliseconds(1), sink);
-  ASSERT_EQ(sink.sent.size(), 4u);
-  for (size_t i : {2, 3}) {
+  sw->Process(sink.sent[0], out);  // slot 0's packet arrives, slot 1's is lost
+  auto is_probe_of = [&](size_t i, size_t of) {
     const PacketHeader probe = HeaderOf(sink.sent[i]);
-    const PacketHeader sent = HeaderOf(sink.sent[i - 2]);
-    EXPECT_EQ(probe.type, MessageType::kProbe);
-    EXPECT_EQ(probe.element_count, 0);
-    EXPECT_EQ(sink.sent[i].size(), kHeaderBytes);
-    EXPECT_EQ(probe.chunk, sent.chunk);
-    EXPECT_EQ(probe.slot, sent.slot);
-    EXPECT_EQ(probe.version, sent.version);
+    const PacketHeader sent = HeaderOf(sink.sent[of]);
+    return probe.type == MessageType::kProbe && probe.element_count == 0 &&
+           sink.sent[i].size() == kHeaderBytes && probe.chunk == sent.chunk &&
+           probe.slot == sent.slot && probe.version == sent.version;
+  };
+  // Both are overdue, one stall: the oldest is asked about alone. Rank 0 is
+  // in, it waits.
+  e.OnTimer(milliseconds(1), sink);
+  ASSERT_EQ(sink.sent.size(), 3u);
+  EXPECT_TRUE(is_probe_of(2, 0));
+  Verdict v = sw->Process(sink.sent[2], out);
+  ASSERT_EQ(v.action, Action::kPendingToSender);
+  e.OnPacket(std::span(out.data(), v.out_bytes), milliseconds(1), sink);
+  EXPECT_EQ(sink.sent.size(), 3u);
+  // Slot 1 is asked about a path timeout later: rank 0 is not in, it resends.
+  std::optional<size_t> asked;
+  for (int steps = 0; steps < 10 && e.counters().retransmissions == 0; ++steps) {
+    const Nanos now = e.NextDeadline();
+    const size_t from = sink.sent.size();
+    e.OnTimer(now, sink);
+    for (size_t i = from; i < sink.sent.size(); ++i) {
+      if (!asked && HeaderOf(sink.sent[i]).slot == HeaderOf(sink.sent[1]).slot) {
+        asked = i;
+        EXPECT_GE(now, milliseconds(2));
+      }
+      v = sw->Process(sink.sent[i], out);
+      if (v.action == Action::kPendingToSender) {
+        e.OnPacket(std::span(out.data(), v.out_bytes), now, sink);
+      }
+    }
   }
-  EXPECT_EQ(e.counters().probes_sent, 2u);
-  EXPECT_EQ(e.counters().retransmissions, 0u);
-  // Slot 0: rank 0 is not in, it resends. Slot 1: it is, it waits.
-  for (size_t i : {2, 3}) {
-    const Verdict v = sw->Process(sink.sent[i], out);
-    ASSERT_EQ(v.action, Action::kPendingToSender);
-    e.OnPacket(std::span(out.data(), v.out_bytes), milliseconds(1), sink);
-  }
-  ASSERT_EQ(sink.sent.size(), 6u);
-  EXPECT_TRUE(IsResendOf(sink.sent[4], sink.sent[0]));
-  EXPECT_EQ(HeaderOf(sink.sent[5]).type, MessageType::kProbe);  // right behind the resend
-  EXPECT_EQ(HeaderOf(sink.sent[5]).slot, HeaderOf(sink.sent[0]).slot);
-  EXPECT_EQ(e.counters().retransmissions, 1u);
-  EXPECT_EQ(e.counters().pending_received, 2u);
+  ASSERT_TRUE(asked.has_value());
+  EXPECT_TRUE(is_probe_of(*asked, 1));
+  ASSERT_EQ(e.counters().retransmissions, 1u);
+  ASSERT_GE(sink.sent.size(), 2u);
+  EXPECT_TRUE(IsResendOf(sink.sent[sink.sent.size() - 2], sink.sent[1]));
+  EXPECT_TRUE(is_probe_of(sink.sent.size() - 1, 1));  // right behind the resend
 }
 
 // Every rank sends in chunk order over links that keep order, so the switch
@@ -737,6 +752,52 @@ TEST(WorkerEngine, AGapIsProbedOnlyIfItsResultDoesNotComeWithinTheAnswerTime) {
   for (size_t i = 0; i < job.x.size(); ++i) ASSERT_EQ(job.y0[i], 6) << i;
   EXPECT_EQ(job.e0.counters().retransmissions, 0u);
   EXPECT_EQ(job.e1.counters().probes_sent, 1u);  // the one behind its resend
+}
+
+// Slots that only the path's timer speaks for, overdue together, wait on one
+// stall (here rank 1 sends nothing): the timer asks about the oldest alone,
+// as TCP's timeout resends only the first segment it lacks, and starts the
+// others' timers again; the next oldest is asked about a path timeout later.
+// (Probing each drew one probe per slot and stall from every rank.)
+TEST(WorkerEngine, SlotsOverdueTogetherAreAskedAboutOldestFirstOnePerTimeout) {
+  TwoRankJob job(ProbingConfig(2, 0, 4), ProbingConfig(2, 1, 4), std::vector<int32_t>(8 * 32, 1));
+  ASSERT_TRUE(job.Start());
+  ASSERT_EQ(job.s0.sent.size(), 4u);  // slots 0-3 of the descriptor round; 8 chunks follow
+  job.d1 = job.s1.sent.size();        // rank 1's packets never arrive
+  job.Pump(Nanos(0));
+  auto probed_slots = [&](size_t from) {
+    std::vector<uint16_t> slots;
+    for (size_t i = from; i < job.s0.sent.size(); ++i) {
+      const PacketHeader h = HeaderOf(job.s0.sent[i]);
+      EXPECT_EQ(h.type, MessageType::kProbe);
+      slots.push_back(h.slot);
+    }
+    return slots;
+  };
+  const Nanos first = job.e0.NextDeadline();
+  job.e0.OnTimer(first, job.s0);
+  EXPECT_EQ(probed_slots(4), std::vector<uint16_t>{0});
+  job.Pump(first);  // the answer: rank 1 is missing
+  EXPECT_EQ(job.e0.counters().pending_received, 1u);
+  // Slots 1-3 were not asked about: each is asked about first in a later
+  // scan of its own, oldest first.
+  std::vector<uint16_t> order = {0};
+  std::vector<Nanos> when = {first};
+  for (int scans = 0; scans < 50 && order.size() < 4; ++scans) {
+    const Nanos at = job.e0.NextDeadline();
+    const size_t from = job.s0.sent.size();
+    job.e0.OnTimer(at, job.s0);
+    for (uint16_t slot : probed_slots(from)) {
+      if (std::find(order.begin(), order.end(), slot) != order.end()) continue;
+      order.push_back(slot);
+      when.push_back(at);
+    }
+    job.Pump(at);
+  }
+  EXPECT_EQ(order, (std::vector<uint16_t>{0, 1, 2, 3}));
+  ASSERT_EQ(when.size(), 4u);
+  for (size_t i = 1; i < when.size(); ++i) EXPECT_GT(when[i], when[i - 1]) << "slot " << order[i];
+  EXPECT_EQ(job.e0.counters().retransmissions, 0u);
 }
 
 // A probe follows the packets sent before it on the link: a resend goes
@@ -923,7 +984,7 @@ std::vector<Nanos> ProbeTimesOfSlot0(bool switch_answers_slot1) {
 }
 
 // A probe that goes unanswered while the switch answers a probe this rank
-// sent after it (slot 1's, sent in the same scan) was lost, or its answer
+// sent after it (slot 1's) was lost, or its answer
 // was: links keep order. It is asked about again at once, and again with
 // each such answer, never backing off: a random loss. Only while the switch
 // answers nothing does the wait double. (At an operation's end no later
@@ -934,9 +995,10 @@ TEST(WorkerEngine, AProbeLostWhileTheSwitchAnswersIsAskedAgainWithoutBackingOff)
   const std::vector<Nanos> silent = ProbeTimesOfSlot0(false);
   ASSERT_EQ(answering.size(), 3u);
   ASSERT_EQ(silent.size(), 3u);
-  EXPECT_EQ(answering[1], answering[0]);  // slot 1's pending reply came at once
-  EXPECT_GT(answering[2] - answering[1], Nanos(0));
-  EXPECT_LT(answering[2] - answering[1], silent[1] - silent[0]);
+  // Slot 0 is asked about again a path timeout later either way, and slot 1
+  // (overdue with it, so left for one timeout: the oldest goes first) with it.
+  EXPECT_EQ(answering[1] - answering[0], silent[1] - silent[0]);
+  EXPECT_EQ(answering[2], answering[1]);  // slot 1's pending reply came at once
   EXPECT_EQ(silent[2] - silent[1], 2 * (silent[1] - silent[0]));
 }
 

@@ -940,10 +940,32 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   const bool unanswered = unanswered_ > 0;  // earlier resends drew no reply at all
   const bool probing = config_.switch_answers_probes;
   const Nanos tail = probing ? TailProbeTimeout() : Nanos::max();
+  const bool in_tail = tail != Nanos::max();
+  // Slots that only the path's timer speaks for and that it finds overdue
+  // together wait on one stall (a late or paused rank, a switch or worker
+  // that the scheduler held back, another rank's burst of losses): only the
+  // oldest is asked about, as TCP's timeout resends only the first segment
+  // it lacks, and the others' timers start again. Its answer says whether
+  // the switch lacks this rank; a later slot's own loss is NACKed as this
+  // rank's next packet arrives (or by the switch's stall watch), a lost
+  // result named by the next one. Probing each drew one probe per slot and
+  // stall from every rank (docs/performance.md, "One timer probe per stall").
+  uint64_t oldest = ~uint64_t{0};
+  for (uint16_t i = 0; i < op.window; ++i) {
+    const Slot& slot = slots_[i];
+    if (slot.outstanding && now >= slot.deadline && OnlyTimerSpeaksFor(slot, in_tail)) {
+      oldest = std::min(oldest, slot.send_order);
+    }
+  }
   for (uint16_t i = 0; i < op.window; ++i) {
     Slot& slot = slots_[i];
     if (!slot.outstanding) continue;
-    if (tail != Nanos::max()) {
+    if (now >= slot.deadline && slot.send_order > oldest && OnlyTimerSpeaksFor(slot, in_tail)) {
+      slot.deadline = now + PathTimeout();
+      next = std::min(next, slot.deadline);
+      continue;
+    }
+    if (in_tail) {
       const Nanos last = std::max(slot.resent_at, slot.probed_at);
       const Nanos wait = tail * (int64_t{1} << std::min<uint32_t>(slot.probes, 16));
       slot.deadline = std::min(slot.deadline, last + wait);
@@ -972,6 +994,11 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
     ++counters_.timeout_backoffs;
   }
   next_scan_ = next;
+}
+
+bool WorkerEngine::OnlyTimerSpeaksFor(const Slot& slot, bool tail) const {
+  return config_.switch_answers_probes && !pacing() && !tail && slot.probes == 0 &&
+         slot.attempts == 0 && !slot.recovering && !slot.due_at_once;
 }
 
 void WorkerEngine::LeaveWindow(Slot& slot) {

@@ -52,7 +52,9 @@
 // round trip plus the packets queued ahead, not the wait for other ranks;
 // the answer time, ResultTimeout(), where the switch answers with
 // the result at once: a result named it lost, or a pending reply lacked
-// this rank alone), when a later packet's result came first (the switch
+// this rank alone; of several slots that nothing but that timer speaks for,
+// overdue together, the oldest alone: one stall, one probe, as TCP's timeout
+// resends the first segment only), when a later packet's result came first (the switch
 // completes slots in chunk order) and its own has not come within the
 // answer time since (WatchGaps()), when a later packet's result or a later
 // probe's pending reply shows a probe or resend lost (Recheck()), when the slot holds up the next
@@ -376,6 +378,10 @@ class WorkerEngine {
   void FinishOp(Status status);
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
+  // Whether only the path's timer speaks for this slot: probing, unpaced,
+  // before the operation's tail, never probed, resent or shown to wait on a
+  // recovery this round, its result not known to be held by the switch.
+  bool OnlyTimerSpeaksFor(const Slot& slot, bool tail) const;
   void SampleRoundTrip(Nanos sample);
   // The smoothed round trip; the timeout until the first sample.
   Nanos SmoothedRoundTrip() const { return srtt_ > Nanos(0) ? srtt_ : rto_; }
