@@ -984,12 +984,11 @@ std::vector<Nanos> ProbeTimesOfSlot0(bool switch_answers_slot1) {
 }
 
 // A probe that goes unanswered while the switch answers a probe this rank
-// sent after it (slot 1's) was lost, or its answer
-// was: links keep order. It is asked about again at once, and again with
-// each such answer, never backing off: a random loss. Only while the switch
-// answers nothing does the wait double. (At an operation's end no later
-// result shows such a probe lost, and each doubling would hold up the whole
-// job.)
+// sent after it (slot 1's) was lost, or its answer was: links keep order. It
+// is asked about again at once, and again with each such answer, never
+// backing off: a random loss. Only while the switch answers nothing does the
+// wait double. (At an operation's end no later result shows such a probe
+// lost, and each doubling would hold up the whole job.)
 TEST(WorkerEngine, AProbeLostWhileTheSwitchAnswersIsAskedAgainWithoutBackingOff) {
   const std::vector<Nanos> answering = ProbeTimesOfSlot0(true);
   const std::vector<Nanos> silent = ProbeTimesOfSlot0(false);
