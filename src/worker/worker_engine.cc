@@ -950,17 +950,20 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   // rank's next packet arrives (or by the switch's stall watch), a lost
   // result named by the next one. Probing each drew one probe per slot and
   // stall from every rank (docs/performance.md, "One timer probe per stall").
+  // (Paced engines, a switch without probes and the tail keep every timer.)
+  const bool one_per_stall = probing && !pacing() && !in_tail;
   uint64_t oldest = ~uint64_t{0};
-  for (uint16_t i = 0; i < op.window; ++i) {
+  for (uint16_t i = 0; one_per_stall && i < op.window; ++i) {
     const Slot& slot = slots_[i];
-    if (slot.outstanding && now >= slot.deadline && OnlyTimerSpeaksFor(slot, in_tail)) {
+    if (slot.outstanding && now >= slot.deadline && OnlyTimerSpeaksFor(slot)) {
       oldest = std::min(oldest, slot.send_order);
     }
   }
   for (uint16_t i = 0; i < op.window; ++i) {
     Slot& slot = slots_[i];
     if (!slot.outstanding) continue;
-    if (now >= slot.deadline && slot.send_order > oldest && OnlyTimerSpeaksFor(slot, in_tail)) {
+    if (one_per_stall && now >= slot.deadline && slot.send_order > oldest &&
+        OnlyTimerSpeaksFor(slot)) {
       slot.deadline = now + PathTimeout();
       next = std::min(next, slot.deadline);
       continue;
@@ -996,9 +999,8 @@ void WorkerEngine::ScanTimers(Nanos now, PacketSink& sink) {
   next_scan_ = next;
 }
 
-bool WorkerEngine::OnlyTimerSpeaksFor(const Slot& slot, bool tail) const {
-  return config_.switch_answers_probes && !pacing() && !tail && slot.probes == 0 &&
-         slot.attempts == 0 && !slot.recovering && !slot.due_at_once;
+bool WorkerEngine::OnlyTimerSpeaksFor(const Slot& slot) {
+  return slot.probes == 0 && slot.attempts == 0 && !slot.recovering && !slot.due_at_once;
 }
 
 void WorkerEngine::LeaveWindow(Slot& slot) {

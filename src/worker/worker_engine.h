@@ -378,10 +378,10 @@ class WorkerEngine {
   void FinishOp(Status status);
   void Break(Status status);
   void ScanTimers(Nanos now, PacketSink& sink);
-  // Whether only the path's timer speaks for this slot: probing, unpaced,
-  // before the operation's tail, never probed, resent or shown to wait on a
-  // recovery this round, its result not known to be held by the switch.
-  bool OnlyTimerSpeaksFor(const Slot& slot, bool tail) const;
+  // Whether only the path's timer speaks for this slot this round: never
+  // probed, resent or shown to wait on a recovery, its result not known to be
+  // held by the switch.
+  static bool OnlyTimerSpeaksFor(const Slot& slot);
   void SampleRoundTrip(Nanos sample);
   // The smoothed round trip; the timeout until the first sample.
   Nanos SmoothedRoundTrip() const { return srtt_ > Nanos(0) ? srtt_ : rto_; }
