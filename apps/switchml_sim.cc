@@ -170,7 +170,7 @@ struct Counts {
   uint64_t nacks_sent = 0;
   uint64_t sent = 0, retransmissions = 0, nack_resends = 0, probes = 0;
   uint64_t nacks_received = 0, nacks_ignored = 0, timeout_backoffs = 0, redundant_headers = 0;
-  uint64_t results_named_lost = 0;
+  uint64_t results_named_lost = 0, last_packet_copies = 0;
 
   static Counts Of(switchml::SimCluster& c, int workers) {
     Counts t;
@@ -187,6 +187,7 @@ struct Counts {
       t.timeout_backoffs += e.timeout_backoffs;
       t.redundant_headers += e.redundant_headers;
       t.results_named_lost += e.results_named_lost;
+      t.last_packet_copies += e.last_packet_copies;
     }
     return t;
   }
@@ -206,6 +207,7 @@ struct Counts {
     d.timeout_backoffs -= b.timeout_backoffs;
     d.redundant_headers -= b.redundant_headers;
     d.results_named_lost -= b.results_named_lost;
+    d.last_packet_copies -= b.last_packet_copies;
     return d;
   }
 };
@@ -258,6 +260,7 @@ void Report(const Args& a, size_t count, switchml::SimCluster& c, const Outcome&
         {"results_named_lost", t.results_named_lost},
         {"timeout_backoffs", t.timeout_backoffs},
         {"redundant_headers", t.redundant_headers},
+        {"last_packet_copies", t.last_packet_copies},
         {"max_abs_error", o.worst.max_abs_error},
         {"elements_over_bound", o.worst.violations},
         {"ranks_identical", o.identical},

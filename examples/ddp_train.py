@@ -16,6 +16,7 @@ prints one JSON line: backend, losses, median time per step.
 import json
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -108,8 +109,10 @@ def main():
         return
 
     switch = None
+    ports_dir = None
     if "SWITCHML_SWITCH_ADDRESS" not in os.environ:
-        ports = os.path.join(tempfile.mkdtemp(), "ports")
+        ports_dir = tempfile.mkdtemp(prefix="switchml-ddp-")
+        ports = os.path.join(ports_dir, "ports")
         switch = subprocess.Popen([os.path.join(args.bin, "switchml-switch"), "--bind", "127.0.0.1",
                                    "--control-port", "0", "--data-port", "0", "--port-file", ports,
                                    "--log-level", "warn"])
@@ -129,6 +132,8 @@ def main():
         if switch:
             switch.terminate()
             switch.wait()
+        if ports_dir:
+            shutil.rmtree(ports_dir, ignore_errors=True)
     params = args.features * args.hidden + args.hidden * args.hidden + args.hidden * args.classes
     print(f"DDP, {args.workers} processes, MLP with {params / 1e6:.2f} M parameters, batch {args.batch} per rank")
     print(f"{'epoch':>5}  {'switchml loss':>13}  {'gloo loss':>9}")

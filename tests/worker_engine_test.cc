@@ -1109,6 +1109,12 @@ class OneRankOverLinks {
   static bool FirstOpData(int op, const PacketHeader& h) {
     return op == 0 && h.element_count != 0 && h.chunk >= kSlots;
   }
+  // The chunk id of operation `op`'s last packet: each operation takes its
+  // descriptor round and x_'s chunks (32 of 32 elements) in rounds of kSlots.
+  static uint32_t LastChunk(int op) {
+    constexpr uint32_t kChunksPerOp = kSlots + 32;
+    return uint32_t(op + 1) * kChunksPerOp - 1;
+  }
 
  private:
   static constexpr Nanos kOneWay = std::chrono::microseconds(5);
@@ -1169,8 +1175,68 @@ TEST(WorkerEngine, AfterALossTheDescriptorRoundGoesTwiceEachCopyFlagged) {
   }
   EXPECT_GE(pairs, 2u);
   EXPECT_EQ(run.engine().counters().redundant_headers, pairs);
+  // No other copy but the operation's last packet's (the next test).
   for (size_t i = op_start + 2 * pairs; i < sent.size(); ++i) {
-    EXPECT_FALSE(HeaderOf(sent[i]).copy) << i;
+    const PacketHeader h = HeaderOf(sent[i]);
+    EXPECT_TRUE(!h.copy || h.chunk == OneRankOverLinks::LastChunk(2)) << i;
+  }
+}
+
+// After a loss, each rank sends its operation's last packet twice, the copy
+// right after it, flagged a copy and not a resend: nothing after it shows the
+// switch that it was lost. Before a loss, once.
+TEST(WorkerEngine, AfterALossTheOperationsLastPacketGoesTwice) {
+  OneRankOverLinks run;
+  bool lost_one = false;
+  const auto first_data = [&](int op, bool to_switch, const PacketHeader& h) {
+    if (lost_one || !to_switch || !OneRankOverLinks::FirstOpData(op, h)) return false;
+    return lost_one = true;
+  };
+  const auto copies_in = [&](size_t from) {
+    std::vector<size_t> at;
+    for (size_t i = from; i < run.sent().size(); ++i) {
+      const PacketHeader h = HeaderOf(run.sent()[i]);
+      if (h.copy && h.element_count != 0 && h.slot != 0) at.push_back(i);
+    }
+    return at;
+  };
+  for (int op = 0; op < 2; ++op) {
+    EXPECT_TRUE(copies_in(run.Run(op, first_data)).empty()) << "operation " << op;
+  }
+  EXPECT_EQ(run.engine().counters().last_packet_copies, 0u);
+  const std::vector<size_t> copies = copies_in(run.Run(2, first_data));
+  ASSERT_EQ(copies.size(), 1u);
+  const auto& sent = run.sent();
+  const PacketHeader copy = HeaderOf(sent[copies[0]]);
+  EXPECT_EQ(copy.chunk, OneRankOverLinks::LastChunk(2));
+  EXPECT_FALSE(copy.resend);
+  EXPECT_TRUE(SameBytesButFlag(sent[copies[0]], sent[copies[0] - 1], kFlagCopy));
+  EXPECT_EQ(run.engine().counters().last_packet_copies, 1u);
+}
+
+// The copy stands in for a lost first: the operation ends without a probe
+// or a resend of it.
+TEST(WorkerEngine, TheLastPacketsCopyStandsInForItsLostFirst) {
+  OneRankOverLinks run;
+  bool lost_data = false, lost_last = false;
+  const auto lose = [&](int op, bool to_switch, const PacketHeader& h) {
+    if (!to_switch) return false;
+    if (!lost_data && OneRankOverLinks::FirstOpData(op, h)) return lost_data = true;
+    if (op == 2 && !lost_last && h.chunk == OneRankOverLinks::LastChunk(2)) {
+      EXPECT_FALSE(h.copy);
+      return lost_last = true;
+    }
+    return false;
+  };
+  run.Run(0, lose);
+  run.Run(1, lose);
+  const WorkerEngineCounters before = run.engine().counters();
+  const size_t op_start = run.Run(2, lose);
+  EXPECT_TRUE(lost_last);
+  EXPECT_EQ(run.engine().counters().retransmissions, before.retransmissions);
+  for (size_t i = op_start; i < run.sent().size(); ++i) {
+    const PacketHeader h = HeaderOf(run.sent()[i]);
+    EXPECT_FALSE(h.chunk == OneRankOverLinks::LastChunk(2) && h.type == MessageType::kProbe) << i;
   }
 }
 

@@ -59,6 +59,9 @@ struct WorkerEngine::Op {
   uint16_t slots_done = 0;
   // Its exponent-only packets go twice (AgreedRedundantHeaders).
   bool redundant_headers = false;
+  // Its last packet goes twice (after a loss, like the headers): no later
+  // packet of this rank shows the switch that it was lost.
+  bool last_packet_twice = false;
   // First chunk whose agreed exponent said "NaN/Inf somewhere", and whether
   // this worker's own input had one.
   int64_t non_finite_chunk = -1;
@@ -241,6 +244,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
   op.desc.saw_loss = saw_loss_;
   saw_loss_ = false;
   op.redundant_headers = redundant_headers_ && HeaderCopiesPay(op.window);
+  op.last_packet_twice = redundant_headers_;
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
   last_progress_ = now;
@@ -261,7 +265,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
 void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
   const Op& op = queue_.front();
   const uint64_t w = op.window;
-  const uint64_t end = uint64_t(op.chunks) + w;  // every slot's last round is a data round
+  const uint64_t end = SendEnd();
   const uint16_t window = Window();
   // Packets sent back to back leave the link one after the other: the k-th
   // of a burst (the window at an operation's start) is on the wire k packet
@@ -307,6 +311,13 @@ void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued
     // 0's result), and a second copy costs a header (docs/design.md §3).
     EmitPacket(slot, index, now, sink, Transmission::kCopy);
     ++counters_.redundant_headers;
+  } else if (queue_.front().last_packet_twice && send_cursor_ + 1 == SendEnd()) {
+    // After a loss: a rank's later packets reveal a lost one to the switch
+    // at once (its NACK), but nothing follows the operation's last, whose
+    // loss only a probe a path timeout later finds; nearly every operation's
+    // last packets include a loss at hundreds of ranks (docs/design.md §3).
+    EmitPacket(slot, index, now, sink, Transmission::kCopy);
+    ++counters_.last_packet_copies;
   }
   slot.outstanding = true;
   slot.attempts = 0;
@@ -1103,7 +1114,12 @@ Nanos WorkerEngine::RoundTripAt(double rate) const {
 
 bool WorkerEngine::LastSlot() const {
   const Op& op = queue_.front();
-  return send_cursor_ == uint64_t(op.chunks) + op.window && op.slots_done + 1 == op.window;
+  return send_cursor_ == SendEnd() && op.slots_done + 1 == op.window;
+}
+
+uint64_t WorkerEngine::SendEnd() const {
+  const Op& op = queue_.front();
+  return uint64_t(op.chunks) + op.window;  // every slot's last round is a data round
 }
 
 Nanos WorkerEngine::ResultTimeout() const {
@@ -1121,8 +1137,7 @@ bool WorkerEngine::HeaderCopiesPay(uint16_t window) const {
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {
-  const Op& op = queue_.front();
-  if (send_cursor_ < uint64_t(op.chunks) + op.window || sizer_.min_rtt() == Nanos::max()) {
+  if (send_cursor_ < SendEnd() || sizer_.min_rtt() == Nanos::max()) {
     return Nanos::max();
   }
   return PathTimeout();

@@ -75,6 +75,8 @@
 // twice (the copy flagged kFlagCopy; where the copies take less link time
 // than a round trip): a lost one holds up its slot's data and, as ranks send
 // in chunk order, all their data after it (the descriptor's: every rank's).
+// That operation's last packet goes twice too, whatever the copies' link
+// time: nothing after it shows the switch that it was lost.
 //
 // Failures: a timeout without progress fails the running operation with
 // DEADLINE_EXCEEDED naming the missing ranks (reported by the switch) or the
@@ -212,6 +214,10 @@ struct WorkerEngineCounters {
   // anywhere in the job the descriptor round's headers and slot 0's
   // descriptor go twice (docs/design.md §3).
   uint64_t redundant_headers = 0;
+  // Last packets of an operation sent a second time (kFlagCopy), after a
+  // loss anywhere in the job like the descriptor round's copies: nothing
+  // after it shows the switch that it was lost.
+  uint64_t last_packet_copies = 0;
   uint16_t window = 0;       // packets in flight allowed now
   int64_t min_rtt_ns = 0;    // measured (window sizing); 0 before the first sample
   double delivery_rate = 0;  // results per second, measured (window sizing)
@@ -305,6 +311,8 @@ class WorkerEngine {
   // Every packet of the running operation is sent, and one slot still
   // waits for its result.
   bool LastSlot() const;
+  // The running operation's send cursor once every packet of it is sent.
+  uint64_t SendEnd() const;
   // The engine paces its packets (config.pacing_bits_per_second).
   bool pacing() const { return config_.pacing_bits_per_second != 0; }
   // How long a slot waits for its result before it asks (a probe: the

@@ -30,8 +30,10 @@ Run with Debian's python3 and PYTHONPATH holding the build's python/
 directory; SWITCHML_BIN names the build (CTest sets both).
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 import unittest
@@ -44,6 +46,19 @@ sys.path.insert(0, os.path.join(HERE, "torch_stubs"))
 os.environ["BACKEND"] = "gloo"
 os.environ.setdefault("WORLD_SIZE", "2")
 _init_dir = tempfile.mkdtemp(prefix="switchml-torch-suite-")
+# torch's test cases leave a temporary file each (MultiProcessTestCase's
+# file_name): they go here, removed with it when the suite's process ends
+# (not when a forked rank does).
+tempfile.tempdir = _init_dir
+_suite_pid = os.getpid()
+
+
+@atexit.register
+def _remove_init_dir():
+    if os.getpid() == _suite_pid:
+        shutil.rmtree(_init_dir, ignore_errors=True)
+
+
 os.environ["TEMP_DIR"] = _init_dir
 os.environ["INIT_METHOD"] = "file://" + os.path.join(_init_dir, "shared_init_file")
 

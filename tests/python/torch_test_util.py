@@ -1,5 +1,6 @@
 """Helpers for the PyTorch backend tests: a real switch and spawned ranks."""
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -18,7 +19,7 @@ class Switch:
     """switchml-switch on loopback with kernel-chosen ports."""
 
     def __enter__(self):
-        self.dir = tempfile.mkdtemp()
+        self.dir = tempfile.mkdtemp(prefix="switchml-test-switch-")
         ports = os.path.join(self.dir, "ports")
         self.proc = subprocess.Popen([os.path.join(BIN, "switchml-switch"), "--bind", "127.0.0.1",
                                       "--control-port", "0", "--data-port", "0",
@@ -26,6 +27,7 @@ class Switch:
         deadline = time.time() + 10
         while not os.path.exists(ports):
             if time.time() > deadline or self.proc.poll() is not None:
+                self.__exit__()
                 raise RuntimeError("switchml-switch did not start")
             time.sleep(0.01)
         with open(ports) as f:
@@ -35,3 +37,4 @@ class Switch:
     def __exit__(self, *exc):
         self.proc.terminate()
         self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
