@@ -1058,6 +1058,7 @@ TEST(WorkerEngine, PacingSpacesPacketsAtTheLinkRate) {
 class OneRankOverLinks {
  public:
   static constexpr uint16_t kSlots = 8;
+  static constexpr uint32_t kChunks = 4 * kSlots;  // of an operation's data, 32 elements each
   using Lose = std::function<bool(int op, bool to_switch, const PacketHeader&)>;
 
   OneRankOverLinks() : sw_(SwitchWithJob(1, kSlots)), e_(Config()) {}
@@ -1110,11 +1111,8 @@ class OneRankOverLinks {
     return op == 0 && h.element_count != 0 && h.chunk >= kSlots;
   }
   // The chunk id of operation `op`'s last packet: each operation takes its
-  // descriptor round and x_'s chunks (32 of 32 elements) in rounds of kSlots.
-  static uint32_t LastChunk(int op) {
-    constexpr uint32_t kChunksPerOp = kSlots + 32;
-    return uint32_t(op + 1) * kChunksPerOp - 1;
-  }
+  // descriptor round (kSlots chunk ids) and kChunks.
+  static uint32_t LastChunk(int op) { return uint32_t(op + 1) * (kSlots + kChunks) - 1; }
 
  private:
   static constexpr Nanos kOneWay = std::chrono::microseconds(5);
@@ -1135,7 +1133,7 @@ class OneRankOverLinks {
   std::unique_ptr<DataPlane> sw_;
   WorkerEngine e_;
   RecordingSink sink_;
-  std::vector<int32_t> x_ = std::vector<int32_t>(4 * kSlots * 32, 1);
+  std::vector<int32_t> x_ = std::vector<int32_t>(kChunks * 32, 1);
   std::vector<int32_t> y_ = std::vector<int32_t>(x_.size());
   std::vector<uint8_t> out_ = std::vector<uint8_t>(PacketBytes(32));
   std::vector<InFlight> links_;
