@@ -28,7 +28,7 @@ constexpr uint64_t kStreamingOutputBytes = 8u << 20;
 
 // What a packet's framing adds on the wire, about: Ethernet (with its
 // preamble and gap), IPv4 and UDP headers. Only the share of a header in a
-// whole packet's link time uses it (HeaderCopiesPay()).
+// whole packet's link time uses it (HeadersWorthCopying()).
 constexpr size_t kFramingBytes = 66;
 
 // A slot that the switch says waits for other ranks is asked about again
@@ -57,8 +57,9 @@ struct WorkerEngine::Op {
   uint16_t window = 0;      // w
   uint32_t chunk_base = 0;  // chunk id of round 0, slot 0
   uint16_t slots_done = 0;
-  // Its exponent-only packets go twice (AgreedRedundantHeaders).
-  bool redundant_headers = false;
+  // The first slots whose exponent-only packets go twice
+  // (AgreedRedundantHeaders, HeadersWorthCopying()); 0: none.
+  uint16_t copied_headers = 0;
   // Its last packet goes twice (after a loss, like the headers): no later
   // packet of this rank shows the switch that it was lost.
   bool last_packet_twice = false;
@@ -243,7 +244,7 @@ void WorkerEngine::StartNextOp(Nanos now, PacketSink& sink) {
       config_.pool_slots, std::ceil(Window() * kRecoveryBdps / WindowSizer::kGain)));
   op.desc.saw_loss = saw_loss_;
   saw_loss_ = false;
-  op.redundant_headers = redundant_headers_ && HeaderCopiesPay(op.window);
+  op.copied_headers = redundant_headers_ ? HeadersWorthCopying(op.window) : 0;
   op.last_packet_twice = redundant_headers_;
   op.chunk_base = next_chunk_base_;
   next_chunk_base_ += (RoundsOf(0) + 1) * uint32_t(op.window);
@@ -305,7 +306,7 @@ void WorkerEngine::SendInOrder(Nanos now, PacketSink& sink) {
 void WorkerEngine::SendRound(Slot& slot, uint16_t index, Nanos now, Nanos queued,
                              PacketSink& sink) {
   EmitPacket(slot, index, now, sink, Transmission::kFirst);
-  if (queue_.front().redundant_headers && slot.round == 0) {
+  if (slot.round == 0 && index < queue_.front().copied_headers) {
     // After a loss: a lost header holds up its slot's data and this rank's
     // data after it, a lost descriptor every rank's data (they wait for slot
     // 0's result), and a second copy costs a header (docs/design.md §3).
@@ -593,7 +594,7 @@ void WorkerEngine::CheckPrevious(uint16_t job_slot, uint8_t version, Nanos now, 
     // and the probe or its answer is lost as often as any packet; then only
     // a timer asks again, a round trip later (docs/performance.md, "A result
     // named lost asked for twice").
-    Probe(slot, index, now, sink, queue_.front().redundant_headers ? 2 : 1);
+    Probe(slot, index, now, sink, queue_.front().copied_headers > 0 ? 2 : 1);
   }
 }
 
@@ -1127,13 +1128,21 @@ Nanos WorkerEngine::ResultTimeout() const {
   return RoundTripAt(sizer_.max_rate_per_second());
 }
 
-bool WorkerEngine::HeaderCopiesPay(uint16_t window) const {
+uint16_t WorkerEngine::HeadersWorthCopying(uint16_t window) const {
   const double rate = sizer_.max_rate_per_second();  // whole packets per second
-  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return false;
+  if (rate <= 0 || sizer_.min_rtt() == Nanos::max()) return 0;
+  const double rtt_s = double(sizer_.min_rtt().count()) * 1e-9;
+  // A header sent once and lost is back at its slot's result about two round
+  // trips plus this rank's queue (a window of whole packets) after the
+  // operation's start; slot i's data goes about a round trip plus (i -
+  // window) packet times after it. Later slots' data goes after their lost
+  // header's recovery: a copy would only take link time.
+  const double stalling = std::ceil(rtt_s * rate + 2.0 * Window());
+  const auto copied = uint16_t(std::min<double>(window, stalling));
   const double header_s = double(kHeaderBytes + kFramingBytes) /
                           double(PacketBytes(config_.elements_per_packet) + kFramingBytes) / rate;
-  const double copies_s = 1 / rate + double(window - 1) * header_s;
-  return copies_s * 1e9 < double(sizer_.min_rtt().count());
+  const double copies_s = 1 / rate + double(copied - 1) * header_s;
+  return copies_s < rtt_s ? copied : 0;
 }
 
 Nanos WorkerEngine::TailProbeTimeout() const {

@@ -72,9 +72,11 @@
 // a header alone (its next_exponent); those take no room in the window.
 // Once a rank resent anything, the next descriptor round agrees that every
 // rank sends the operation after it such headers, and slot 0's descriptor,
-// twice (the copy flagged kFlagCopy; where the copies take less link time
-// than a round trip): a lost one holds up its slot's data and, as ranks send
-// in chunk order, all their data after it (the descriptor's: every rank's).
+// twice (the copy flagged kFlagCopy): a lost one holds up its slot's data
+// and, as ranks send in chunk order, all their data after it (the
+// descriptor's: every rank's). Only the first slots' go twice, those whose
+// data would go before a lost header's recovery came back, and only where
+// their copies take less link time than a round trip.
 // That operation's last packet goes twice too, whatever the copies' link
 // time: nothing after it shows the switch that it was lost.
 //
@@ -211,8 +213,8 @@ struct WorkerEngineCounters {
   // waited for them: lost on the way, asked for again at once.
   uint64_t results_named_lost = 0;
   // Descriptor-round packets sent a second time (kFlagCopy): after a loss
-  // anywhere in the job the descriptor round's headers and slot 0's
-  // descriptor go twice (docs/design.md §3).
+  // anywhere in the job slot 0's descriptor and the first slots' headers go
+  // twice (docs/design.md §3).
   uint64_t redundant_headers = 0;
   // Last packets of an operation sent a second time (kFlagCopy), after a
   // loss anywhere in the job like the descriptor round's copies: nothing
@@ -319,11 +321,13 @@ class WorkerEngine {
   // switch answers at once, and asking costs a header) or resends (the
   // retransmission timeout, which allows for the other ranks' waits).
   Nanos SlotTimeout() const;
-  // Whether sending a descriptor round of `window` slots a second time (slot
-  // 0's whole packet and the others' headers) takes less link time than a
+  // How many of a descriptor round's `window` slots send their packet twice
+  // after a loss (slot 0's whole packet and the others' headers): the slots
+  // whose data would go before a lost header's recovery came back (later
+  // ones lose nothing to it), where those copies take less link time than a
   // round trip, which a lost one costs its slot's data (and every rank's
-  // data after it) at least.
-  bool HeaderCopiesPay(uint16_t window) const;
+  // data after it) at least; 0 otherwise.
+  uint16_t HeadersWorthCopying(uint16_t window) const;
   // Once every packet of the operation is sent, how long a slot may wait
   // before a probe: twice the least round trip plus the results due
   // (Nanos::max() when not in the tail, or nothing is measured yet).
