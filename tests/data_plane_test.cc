@@ -345,6 +345,50 @@ TEST_F(DataPlaneTest, AHeaderCopyIsIgnoredWhileItsSlotAggregatesAndDoublesTheRes
   EXPECT_EQ(dp_->counters().header_copies, 3u);
 }
 
+// The last results of a burst go twice where it had many resends
+// (docs/design.md §2): those completed while at most a quarter of the job's
+// usual aggregations are in progress, in a burst with a resend per eight
+// results or more. Loss-free, with fewer resends, and in the burst after,
+// none does.
+TEST_F(DataPlaneTest, TheLastResultsOfABurstWithManyResendsGoTwice) {
+  Register(1, 2, 0, 16);
+  const std::vector<int32_t> values = {1, 2, 3, 4};
+  // Rank 0 keeps all 16 slots aggregating; rank 1 completes them in turn,
+  // and rank 0 starts each slot's next chunk at once: 48 results with 16 in
+  // progress. Then rank 1 drains the last round, its first `resends` packets
+  // there flagged resends: 64 results in the burst.
+  uint32_t round = 0;
+  auto burst = [&](int resends) {
+    for (uint16_t s = 0; s < 16; ++s) Send(1, 0, s, uint8_t(round % 2), round * 16 + s, values);
+    std::vector<int> copies;
+    for (const uint32_t last = round + 3; round <= last; ++round) {
+      for (uint16_t s = 0; s < 16; ++s) {
+        std::vector<uint8_t> b = Packet(1, 1, s, uint8_t(round % 2), round * 16 + s, values);
+        if (round == last && s < resends) b[kFlagsOffset] |= kFlagResend;
+        const Verdict v = dp_->Process(b, out_);
+        EXPECT_EQ(v.action, Action::kSendToAll);
+        if (round == last) {
+          copies.push_back(v.copies);
+        } else {
+          Send(1, 0, s, uint8_t((round + 1) % 2), (round + 1) * 16 + s, values);
+        }
+      }
+    }
+    return copies;
+  };
+  const std::vector<int> once(16, 1);
+  EXPECT_EQ(burst(0), once);  // loss-free
+  EXPECT_EQ(burst(7), once);  // 7 resends in 64 results
+  EXPECT_EQ(dp_->counters().tail_result_copies, 0u);
+  std::vector<int> twice = once;
+  twice[14] = twice[15] = 2;  // 2 and 1 in progress: the mean fell to about 9 by then
+  EXPECT_EQ(burst(8), twice);
+  EXPECT_EQ(dp_->counters().tail_result_copies, 2u);
+  EXPECT_EQ(dp_->JobCounters(JobId(1)).tail_result_copies, 2u);
+  EXPECT_EQ(burst(0), once);  // a new burst
+  EXPECT_EQ(dp_->counters().tail_result_copies, 2u);
+}
+
 // A whole packet's copy flagged kFlagCopy (the descriptor sent twice after a
 // loss): ignored like a header copy where the first counted, counted in
 // where the first was lost, and stale where the slot moved on.

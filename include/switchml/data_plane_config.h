@@ -14,8 +14,10 @@ struct DataPlaneConfig {
   uint16_t max_workers = 64;                // largest world size of any job
   uint16_t max_jobs = 64;                   // entries in the job table
   // Each result names the one sent before it (docs/wire-format.md, "The
-  // previous result"), so a worker finds a lost result at the next one. The
-  // P4 programs do not; a model of them (tests/p4) turns it off.
+  // previous result"), so a worker finds a lost result at the next one, and
+  // the last results of a burst with many resends, which none names, go
+  // twice. The P4 programs do neither; a model of them (tests/p4) turns it
+  // off.
   bool name_previous_results = true;
 
   // Errors name the field, its range and the fix.

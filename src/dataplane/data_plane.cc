@@ -71,6 +71,7 @@ uint64_t DataPlaneCounters::TotalDrops() const {
 DataPlaneCounters& DataPlaneCounters::operator+=(const DataPlaneCounters& other) {
   for (const EventCounter& e : kEventCounters) this->*e.field += other.*e.field;
   header_copies += other.header_copies;
+  tail_result_copies += other.tail_result_copies;
   for (size_t i = 0; i < drops.size(); ++i) drops[i] += other.drops[i];
   for (size_t i = 0; i < decode_errors.size(); ++i) decode_errors[i] += other.decode_errors[i];
   return *this;
@@ -418,6 +419,9 @@ Status DataPlane::RegisterJob(const JobRegistration& job) {
   entry.min_turnaround = Nanos::max();
   entry.reorder_window = Nanos(0);
   entry.last_result.assign(job.threads, kNoSlot);
+  entry.aggregating = 0;
+  entry.aggregating_mean8 = 0;
+  entry.burst_resends = entry.burst_results = 0;
   const size_t senders = size_t(job.world_size) * job.threads;
   entry.newest_chunk.assign(senders, 0);
   entry.sent_any.assign(senders, 0);
@@ -899,15 +903,19 @@ Verdict DataPlane::CountIn(JobEntry& job, const PacketView& packet, size_t slot,
     nack_repeats_[slot] = 0;
     nack_fresh_[slot] = 0;
     copied_[slot] = 0;
-    if (remaining_[slot] != 0) WatchStall(job, slot, job.NackDelay());
+    if (remaining_[slot] != 0) {
+      ++job.aggregating;
+      WatchStall(job, slot, job.NackDelay());
+    }
   } else {
     // Unsigned adds: int32 sums wrap like two's complement, without UB.
     AddBigEndian(packet.payload, k, acc);
     max_next_exponent_[slot] = std::max(max_next_exponent_[slot], h.next_exponent);
-    --remaining_[slot];
+    if (--remaining_[slot] == 0) --job.aggregating;
   }
   ++counters_.contributions;
   ++job.counters.contributions;
+  if (h.resend) ++job.burst_resends;  // its first was lost (CopyTailResult)
   if (remaining_[slot] != 0) return Verdict{Action::kDrop, DropReason::kNone, h.rank, 0, 0};
   SampleSpread(job, slot);
   if (reg.upstream) {
@@ -933,8 +941,40 @@ Verdict DataPlane::ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const 
   last = uint32_t(slot);
   Verdict v{Action::kSendToAll, DropReason::kNone, rank, job.reg.world_size,
             WriteResult(job, slot, kAllRanks, h.version, h.slot, out, true)};
-  v.copies = copied_[slot] != 0 ? 2 : 1;
+  const bool tail_copy = CopyTailResult(job);  // (called for every result: it follows the burst)
+  v.copies = copied_[slot] != 0 || tail_copy ? 2 : 1;
   return v;
+}
+
+// A rank that lost a result learns it from the next one, which names it; the
+// last results of a burst (the end of an operation) have none after them, so a
+// rank that lost one waits for its probe's timeout, and with a thousand ranks
+// at 0.1% loss some rank loses one of them in most operations. Where loss is
+// that likely, those go twice, the copy right after the first: the results
+// completed while at most a quarter of the job's usual aggregations (their
+// mean as each completes), and at most kMaxTailCopies, are in progress, in a
+// burst (since the job last had none in progress) whose resends came to at
+// least one per kResultsPerResend results. The share of slots that needed a
+// resend is about the chance that some rank loses a given result (the same
+// loss on both links). A copy delays the results behind it by a packet time:
+// a loss-free job sends none, and at 256 workers and 0.01% copies after any
+// resend cost 3% (docs/performance.md, "The last results of a burst twice").
+bool DataPlane::CopyTailResult(JobEntry& job) {
+  constexpr uint32_t kMaxTailCopies = 64;
+  constexpr uint64_t kResultsPerResend = 8;
+  const uint32_t in_progress = job.aggregating + 1;  // this one's too
+  const bool tail = in_progress <= kMaxTailCopies && in_progress * 4 * 8 <= job.aggregating_mean8;
+  job.aggregating_mean8 = job.aggregating_mean8 + in_progress - job.aggregating_mean8 / 8;
+  ++job.burst_results;
+  // (The P4 programs neither name results nor copy them; so neither does their model.)
+  const bool copy = tail && config_.name_previous_results &&
+                    job.burst_resends * kResultsPerResend >= job.burst_results;
+  if (job.aggregating == 0) job.burst_resends = job.burst_results = 0;  // the burst is over
+  if (copy) {
+    ++counters_.tail_result_copies;
+    ++job.counters.tail_result_copies;
+  }
+  return copy;
 }
 
 }  // namespace switchml

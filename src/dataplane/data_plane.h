@@ -116,9 +116,10 @@ struct Verdict {
   uint32_t job = 0;         // kSendUpstream, kNack*: the job (its local id)
   uint16_t slot = 0;        // kSendUpstream, kNack*: the job slot (whose worker
                             // thread's route it takes)
-  // kSendToAll: how often to send the result to each rank. 2 for an
-  // exponent-only result whose contributions came twice (the workers saw
-  // loss: a lost header holds up its slot's data, docs/design.md §3).
+  // kSendToAll: how often to send the result to each rank. 2 for a result
+  // whose contributions came twice (the workers saw loss: a lost header
+  // holds up its slot's data, docs/design.md §3), and for one of the last
+  // of a burst with many resends (docs/design.md §2).
   uint8_t copies = 1;
 };
 
@@ -141,6 +142,9 @@ struct DataPlaneCounters {
   // the descriptor round twice after a loss (docs/design.md §3). Ignored.
   // Not an event counter of the control protocol.
   uint64_t header_copies = 0;
+  // Results sent twice to every rank as the last of a burst with many
+  // resends (docs/design.md §2). Not an event counter either.
+  uint64_t tail_result_copies = 0;
   std::array<uint64_t, kNumDropReasons> drops{};
   std::array<uint64_t, kNumDecodeErrors> decode_errors{};
 
@@ -264,6 +268,13 @@ class DataPlane {
     // Per rank thread: the slot (SlotIndexOf) of the last result sent to
     // every rank, which the next one names (kNoSlot: none yet).
     std::vector<uint32_t> last_result;
+    // The tail of a burst (CopyTailResult): the aggregations in progress,
+    // eight times their mean as each completes, and the resends counted in
+    // and results sent since the job last had none in progress.
+    uint32_t aggregating = 0;
+    uint32_t aggregating_mean8 = 0;
+    uint64_t burst_resends = 0;
+    uint64_t burst_results = 0;
     // The rank's thread that owns job slot `slot`.
     uint32_t ThreadOfSlot(uint16_t slot) const {
       return reg.threads == 1 ? 0 : ThreadOf(slot, reg.pool_slots, reg.threads);
@@ -341,6 +352,10 @@ class DataPlane {
   // The completed slot's result to every rank (as often as Verdict::copies).
   Verdict ResultToAll(JobEntry& job, size_t slot, uint16_t rank, const PacketHeader& h,
                       std::span<uint8_t> out);
+  // Whether the result completed now goes out twice as one of the last of
+  // a burst with many resends (docs/design.md §2): nothing after it names
+  // it to a rank that lost it.
+  bool CopyTailResult(JobEntry& job);
   Verdict OnRetransmission(JobEntry& job, const PacketHeader& h, size_t slot,
                            std::span<uint8_t> out);
   DropReason CheckJoin(const PacketHeader& h, size_t slot, size_t other) const;
